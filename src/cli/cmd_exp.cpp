@@ -1,0 +1,6 @@
+// Subcommands of the exp area (placeholder until that area's issue fills it in).
+#include "cli/commands.h"
+
+namespace clm {
+void register_exp_commands(CLI::App& app) { (void)app; }
+}  // namespace clm

@@ -1,0 +1,24 @@
+// `clocklm info`: version, CPU threads, and CUDA devices (or why there are none).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/common.h"
+#include "cuda/device.h"
+
+namespace clm {
+
+void register_info_commands(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Show version, threads and accelerators");
+  cmd->callback([] {
+    std::printf("clocklm %s\n", CLOCKLM_VERSION);
+    std::printf("cpu threads: %d\n", default_threads());
+    std::printf("cuda backend compiled: %s\n", cuda_compiled() ? "yes" : "no");
+    auto devs = cuda_devices();
+    if (devs.empty()) std::printf("cuda devices: none (%s)\n", cuda_unavailable_reason().c_str());
+    for (auto& d : devs)
+      std::printf("cuda device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.cc_major,
+                  d.cc_minor, d.sm_count, double(d.total_memory) / (1 << 30));
+  });
+}
+
+}  // namespace clm

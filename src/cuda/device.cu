@@ -1,0 +1,35 @@
+// CUDA device discovery for the device context (compiled only with the CUDA backend).
+#include <cuda_runtime.h>
+
+#include "cuda/device.h"
+
+namespace clm {
+
+bool cuda_compiled() { return true; }
+
+std::vector<CudaDeviceInfo> cuda_devices() {
+  std::vector<CudaDeviceInfo> out;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error so later calls start clean
+    return out;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    out.push_back({i, p.name, p.major, p.minor, p.totalGlobalMem, p.multiProcessorCount});
+  }
+  return out;
+}
+
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cudaGetErrorString(e);
+  }
+  return n == 0 ? "no CUDA device present" : "";
+}
+
+}  // namespace clm

@@ -1,0 +1,21 @@
+// The device context: which accelerator (if any) this process uses. The CPU backend always works;
+// the CUDA backend is compiled when nvcc is found and used only when a GPU is present at run time.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace clm {
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  size_t total_memory = 0;
+  int sm_count = 0;
+};
+
+bool cuda_compiled();                          // built with the CUDA backend?
+std::vector<CudaDeviceInfo> cuda_devices();    // empty when no driver/GPU (never throws)
+std::string cuda_unavailable_reason();         // why cuda_devices() is empty ("" if not empty)
+
+}  // namespace clm

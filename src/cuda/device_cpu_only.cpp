@@ -1,0 +1,10 @@
+// Device discovery when clocklm is built without the CUDA backend: no devices, and why.
+#ifndef CLOCKLM_HAVE_CUDA
+#include "cuda/device.h"
+
+namespace clm {
+bool cuda_compiled() { return false; }
+std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
+std::string cuda_unavailable_reason() { return "clocklm was built without the CUDA backend"; }
+}  // namespace clm
+#endif

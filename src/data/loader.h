@@ -1,0 +1,40 @@
+// The training/eval data loader: memory-maps shards and yields B rows of T+1 tokens, every row
+// starting at a BOS; deterministic per seed and epoch; rank-sharded; resumable; prefetching.
+// Owned by issue 3; see docs/DATA.md for packing rules.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace clm {
+
+struct LoaderOptions {
+  std::string dir;            // prepared dataset folder
+  std::string split = "train";  // "train" or "val"
+  int B = 1, T = 1024;
+  uint64_t seed = 1337;
+  int rank = 0, world = 1;    // data parallelism: each rank sees a disjoint part
+  bool shuffle = true;        // false for validation: rows in file order, no epochs of shuffling
+  bool loop = true;           // false: next() returns false once the split is exhausted
+  bool prefetch = true;       // background thread fills the next batch
+};
+
+struct LoaderImpl;
+struct DataLoader {
+  explicit DataLoader(const LoaderOptions& opt);
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+  // Fills inputs[B*T] and targets[B*T] (targets = inputs shifted by one within each T+1 row).
+  // Returns false only when loop=false and no full batch is left.
+  bool next(int32_t* inputs, int32_t* targets);
+  // Position for checkpoints; restore() makes the following next() calls identical.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& st);
+  std::unique_ptr<LoaderImpl> impl;
+};
+
+}  // namespace clm

@@ -1,0 +1,25 @@
+// Event recording for ProfScope; analysis and output live in exp/profile_report.cpp.
+#include "exp/profiler.h"
+
+#include "core/common.h"
+
+namespace clm {
+
+void Profiler::clear() {
+  events.clear();
+  origin = now_seconds();
+}
+
+ProfScope::ProfScope(Profiler* prof, const char* name, const char* phase, double flops, double bytes)
+    : p(prof) {
+  if (!p) return;
+  ev = OpEvent{name, phase, now_seconds(), 0.0, flops, bytes};
+}
+
+ProfScope::~ProfScope() {
+  if (!p) return;
+  ev.end = now_seconds();
+  p->events.push_back(ev);
+}
+
+}  // namespace clm

@@ -1,0 +1,52 @@
+// The GPT model on the CPU: parameters, gradients and activations carved out of a few large
+// allocations; every layer a visible forward/backward pair (see model/ops.h). Owned by issue 2.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace clm {
+
+struct Profiler;  // exp/profiler.h; nullptr = profiling off
+
+enum class ParamKind { Matrix, Embedding, Head, Scalar };  // routes each tensor to an optimizer group
+
+struct Param {
+  std::string name;            // e.g. "blocks.3.attn.wq"
+  std::vector<int64_t> shape;  // row-major
+  ParamKind kind;
+  float* data = nullptr;       // fp32 master weights (view into the params allocation)
+  float* grad = nullptr;       // fp32 gradient (view into the grads allocation)
+  int64_t numel() const;
+};
+
+struct GPTImpl;
+struct GPT {
+  GPT(const ModelConfig& cfg, int max_B, int max_T);  // allocates params, grads, activations
+  ~GPT();
+  GPT(GPT&&) noexcept;
+  GPT& operator=(GPT&&) noexcept;
+
+  void init_weights(uint64_t seed);
+  // Training/eval forward over B rows of T tokens. Returns the mean cross-entropy (nats) over
+  // targets >= 0 (a target < 0 is ignored). Optional outputs, each B*T: per-token loss in nats
+  // (0 where ignored) and the argmax prediction at each position. Keeps what backward needs.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                float* token_loss = nullptr, int32_t* argmax = nullptr);
+  // Backward of the last forward; ADDS into grads, scaled by `loss_scale` (1/accum_steps).
+  void backward(float loss_scale = 1.0f);
+  void zero_grad();
+  // Full logits for the last position of each row (B*padded_vocab, softcapped), for sampling.
+  void last_logits(const int32_t* inputs, int B, int T, float* out);
+
+  std::vector<Param>& params();
+  int64_t num_params() const;
+  double flops_per_token(int T) const;  // training FLOPs (fwd+bwd) per token incl. attention
+  const ModelConfig& config() const;
+  void set_profiler(Profiler* p);
+  GPTImpl* impl = nullptr;
+};
+
+}  // namespace clm
