@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   clm::register_tokenizer_commands(app);
   clm::register_data_commands(app);
   clm::register_engine_commands(app);
+  clm::register_bench_commands(app);
   clm::register_eval_commands(app);
   clm::register_exp_commands(app);
   try {
