@@ -1,0 +1,30 @@
+// The optimizer over a model's parameters (issue 2): AdamW and Muon groups routed by ParamKind.
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gpt.h"
+
+namespace clm {
+
+struct OptimizerImpl;
+struct Optimizer {
+  Optimizer(std::vector<Param>& params, const OptimConfig& cfg);
+  ~Optimizer();
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
+  // One update from the params' current grads. lr_scale multiplies every group's lr (schedule),
+  // wd_scale every group's weight decay; muon_momentum >= 0 overrides Muon's momentum (warmup).
+  // Returns the global gradient norm before clipping.
+  float step(float lr_scale, float wd_scale = 1.0f, float muon_momentum = -1.0f);
+  std::string group_of(const std::string& param_name) const;  // "matrix" | "embed" | "head" | "scalar"
+  void save(std::ostream& out) const;  // optimizer state (moments, step count)
+  void load(std::istream& in);         // throws Error on mismatch
+  void set_profiler(Profiler* p);
+  std::unique_ptr<OptimizerImpl> impl;
+};
+
+}  // namespace clm
