@@ -18,8 +18,10 @@
 #include "data/loader.h"
 #include "eval/bpb.h"
 #include "eval/core.h"
+#include "exp/profile_report.h"
 #include "exp/profiler.h"
 #include "exp/progress.h"
+#include "exp/roofline.h"
 #include "exp/runinfo.h"
 #include "model/config.h"
 #include "model/gpt.h"
@@ -73,12 +75,25 @@ RunConfig resolve_config(const TrainOptions& o, const std::string& run_dir) {
   return load_config(src, sets);
 }
 
-// Hands the profiled steps to the experiment area's writer (RUN/profile/).
+// Hands the profiled steps to the experiment area's writer: RUN/profile/{profile.json, trace.json,
+// profile.txt}. The roofline it compares against is this machine's cached one (measured once).
 void write_profile_files(const Profiler& prof, const std::string& dir, double seconds, int steps) {
   make_dirs(dir);
-  (void)prof;
-  (void)seconds;
-  (void)steps;
+  ProfileSummary s = write_profile(prof, dir, seconds, steps);
+  std::fprintf(stderr, "\ntrain: profile of %d steps written to %s\n%s", steps, dir.c_str(),
+               format_profile_table(s, 15).c_str());
+}
+
+// Peak FLOP/s for the MFU column: this machine's cached roofline (`clocklm roofline`), if measured;
+// 0 (MFU not shown) otherwise, so training never stalls to measure it.
+double cached_peak_flops(int threads) {
+  std::string path = roofline_cache_path(threads);
+  if (path.empty() || !path_exists(path)) return 0;
+  try {
+    return roofline_from_json(nlohmann::json::parse(read_file(path))).peak_flops();
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 }  // namespace
@@ -129,6 +144,7 @@ TrainResult train(const TrainOptions& o) {
   const int64_t accum = tc.batch_tokens / (int64_t(B) * T);
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
+  const double peak_flops = cached_peak_flops(threads);
 
   BudgetClock clock;
   clock.budget = tc.budget_seconds;
@@ -269,7 +285,10 @@ TrainResult train(const TrainOptions& o) {
       fail("training diverged: gradient norm is {} at step {}; {}", grad_norm, step, keep);
     }
     clock.add_step(dt);
-    if (profiling) prof_seconds += dt;
+    if (profiling) {
+      prof_seconds += dt;
+      prof.mark_step(t0, t0 + dt);
+    }
     ++step;
     tokens += tc.batch_tokens;
     last_loss = loss_sum / double(accum);
@@ -287,6 +306,7 @@ TrainResult train(const TrainOptions& o) {
                           {"step_seconds", dt},
                           {"tokens_per_second", tps},
                           {"model_flops_per_second", tps * flops_per_token}};
+    if (peak_flops > 0) row["mfu"] = tps * flops_per_token / peak_flops;
     bool log_row = step % tc.log_every == 0;
 
     // Periodic validation, off the clock.
@@ -306,10 +326,12 @@ TrainResult train(const TrainOptions& o) {
     }
     if (log_row) metrics.append(row);
 
-    const double mfu_flops = tps * flops_per_token;
+    const double mflops = tps * flops_per_token;
+    std::string mfu = peak_flops > 0 ? fmt::format("MFU {:.0f}%", 100.0 * mflops / peak_flops)
+                                     : fmt::format("{}FLOP/s", human(mflops));
     progress.update(det ? double(step) : clock.used,
-                    fmt::format("step {} | loss {:.4f} | {} tok/s | {} FLOP/s | lr x{:.3f}{}", step, last_loss,
-                                human(tps), human(mfu_flops), sv.lr_scale,
+                    fmt::format("step {} | loss {:.4f} | {} tok/s | {} | budget {:.0f}% | lr x{:.3f}{}", step,
+                                last_loss, human(tps), mfu, 100.0 * fraction(), sv.lr_scale,
                                 last_val.is_null() ? "" : fmt::format(" | val {:.4f}", last_val["val_bpb"].get<double>())));
 
     if (profiling && step == prof_first + prof_steps) {
