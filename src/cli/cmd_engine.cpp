@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/common.h"
 #include "model/config.h"
+#include "train/trainer.h"
 
 namespace clm {
 
@@ -21,6 +22,24 @@ std::string with_commas(int64_t v) {
     ++n;
   }
   return {out.rbegin(), out.rend()};
+}
+
+// The process's own command line (for run.json): /proc/self/cmdline, NUL-separated.
+std::vector<std::string> own_argv() {
+  std::vector<std::string> argv;
+  std::string s;
+  try {
+    s = read_file("/proc/self/cmdline");
+  } catch (const Error&) {
+    return argv;
+  }
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] == '\0') {
+      argv.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  return argv;
 }
 
 // Training FLOPs per token: 6 per matmul weight (fwd 2 + bwd 4) plus causal-free attention scores
@@ -64,6 +83,36 @@ void register_engine_commands(CLI::App& app) {
       std::printf("training FLOPs per step (%lld tokens): %.4g\n", (long long)c.train.batch_tokens,
                   f * double(c.train.batch_tokens));
       if (*json_out) std::printf("%s\n", to_json(c).dump(2).c_str());
+    });
+  }
+  // ---- train ----
+  {
+    auto* cmd = app.add_subcommand("train", "Train a model from scratch within a device-time budget");
+    auto o = std::make_shared<TrainOptions>();
+    auto budget = std::make_shared<std::string>();
+    cmd->add_option("--config", o->config, "Preset name or JSON config file (default with --resume: RUN/config.json)");
+    cmd->add_option("--set", o->sets, "Override a config key: key=value (repeatable)");
+    cmd->add_option("--data", o->data_dir, "Prepared dataset folder (from `clocklm prepare`)")->required();
+    cmd->add_option("--budget", *budget, "Device-time budget, e.g. 600, 90s, 10m, 1.5h (default: train.budget_seconds)");
+    cmd->add_option("--out", o->out_dir, "Run directory to create (RUN)");
+    cmd->add_option("--resume", o->resume_dir, "Continue the run in RUN from its latest checkpoint");
+    cmd->add_flag("--profile", o->profile, "Profile three steps into RUN/profile/");
+    cmd->add_option("--core", o->core_bundle, "Also score CORE at the end with this bundle folder");
+    cmd->add_option("--stop-after-steps", o->stop_after_steps,
+                    "Checkpoint and stop after this many steps of this session (to test or split a run)");
+    cmd->add_flag("--quiet", o->quiet, "No live progress line");
+    cmd->callback([o, budget] {
+      TrainOptions opt = *o;
+      if (!budget->empty()) opt.budget_seconds = parse_duration(*budget);
+      opt.argv = own_argv();
+      TrainResult r = train(opt);
+      if (r.finished) {
+        std::printf("val_bpb %.6f\n", r.val_bpb);
+      } else {
+        std::printf("stopped at step %lld; resume with --resume %s\n", (long long)r.steps,
+                    (opt.out_dir.empty() ? opt.resume_dir : opt.out_dir).c_str());
+      }
+      std::fflush(stdout);
     });
   }
 }

@@ -156,6 +156,10 @@ TrainResult train(const TrainOptions& o) {
   if (resuming) {
     std::string path = latest_checkpoint(run_dir);
     nlohmann::json st = load_checkpoint(path, cfg, model, opt);
+    std::string tok_hash = st.value("tokenizer_hash", std::string());
+    if (!tok_hash.empty() && tok_hash != info.tokenizer_hash)
+      fail("{} was trained on data with tokenizer {}, but {} has tokenizer {}", run_dir, tok_hash, o.data_dir,
+           info.tokenizer_hash);
     step = st.at("step").get<int64_t>();
     tokens = st.at("tokens").get<int64_t>();
     clock.used = st.at("budget_used").get<double>();
@@ -200,6 +204,7 @@ TrainResult train(const TrainOptions& o) {
                          {"next_eval_at", next_eval_at},
                          {"next_ckpt_at", next_ckpt_at},
                          {"last_val", last_val},
+                         {"tokenizer_hash", info.tokenizer_hash},
                          {"reason", why}};
     std::string name = fmt::format("step_{:08d}.ckpt", step);
     save_checkpoint((fs::path(ckpt_dir) / name).string(), cfg, model, opt, st);

@@ -1,0 +1,352 @@
+// Training-loop tests on tiny models: overfitting a short repeated text with Muon and with all-AdamW;
+// and, through the CLI on a tiny prepared dataset: the run directory and its files, the budget
+// clock stopping within one step, schedules following the budget fraction, bit-exact resume,
+// refused corrupt/truncated/mismatched checkpoints, divergence and bad-vocab errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/common.h"
+#include "data/dataset.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "tok/train.h"
+#include "train/schedule.h"
+
+using namespace clm;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CmdResult {
+  int status;
+  std::string out;  // stdout + stderr
+};
+
+CmdResult run_cmd(const std::string& cmd) {
+  std::array<char, 4096> buf;
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string last_line(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  auto pos = t.rfind('\n');
+  return pos == std::string::npos ? t : t.substr(pos + 1);
+}
+
+// Pseudo-English from a small word list: enough structure for a tokenizer and a loss that falls.
+std::string make_text(uint64_t seed, int n_docs, int words_per_doc) {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                "house", "with", "red", "door", "in", "garden", "of", "old", "tree", "by"};
+  Rng rng(seed);
+  std::string out;
+  for (int d = 0; d < n_docs; ++d) {
+    nlohmann::json doc;
+    std::string text;
+    for (int w = 0; w < words_per_doc; ++w) {
+      if (w) text += (w % 9 == 8) ? ". " : " ";
+      text += words[rng.next() % 20];
+    }
+    doc["text"] = text + ".";
+    out += doc.dump() + "\n";
+  }
+  return out;
+}
+
+// A prepared dataset folder built with the public pieces (BPE trainer, shard writer, manifest), once
+// per test process.
+const std::string& tiny_dataset() {
+  static std::string dir = [] {
+    fs::path d = fs::temp_directory_path() / fmt::format("clocklm_train_data_{}", getpid());
+    fs::remove_all(d);
+    fs::create_directories(d);
+    std::string train_jsonl = make_text(1, 300, 60), val_jsonl = make_text(2, 40, 60);
+    auto texts = [](const std::string& jsonl) {
+      std::vector<std::string> v;
+      std::istringstream in(jsonl);
+      std::string line;
+      while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["text"]);
+      return v;
+    };
+    auto train_docs = texts(train_jsonl), val_docs = texts(val_jsonl);
+    std::vector<std::string_view> views(train_docs.begin(), train_docs.end());
+    BpeTrainOptions bo;
+    bo.vocab_size = 320;
+    Tokenizer tok = train_bpe(views, bo);
+    tok.save((d / "tokenizer.json").string());
+    nlohmann::json manifest = {
+        {"tokenizer", {{"bos_id", tok.bos_id()}, {"vocab_size", tok.vocab_size()}, {"hash", tok.hash()}}}};
+    for (auto [name, docs] : {std::pair{"train", &train_docs}, std::pair{"val", &val_docs}}) {
+      std::vector<uint32_t> stream;
+      for (auto& doc : *docs) {
+        stream.push_back(tok.bos_id());
+        auto ids = tok.encode(doc);
+        stream.insert(stream.end(), ids.begin(), ids.end());
+      }
+      std::string file = fmt::format("{}_000000.bin", name);
+      write_shard((d / file).string(), stream, tok.vocab_size());
+      manifest["splits"][name] = {{"shards", {{{"file", file}, {"tokens", stream.size()}}}}};
+    }
+    atomic_write((d / "manifest.json").string(), manifest.dump(2));
+    return d.string();
+  }();
+  return dir;
+}
+
+std::string temp_run(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / fmt::format("clocklm_train_{}_{}", name, getpid());
+  fs::remove_all(d);
+  return d.string();
+}
+
+// A tiny model and fast settings, as --set flags.
+const std::string kTiny =
+    " --config d4 --set n_layer=2 --set d_model=64 --set n_head=2 --set n_kv_head=2 --set head_dim=32"
+    " --set seq_len=64 --set micro_batch=4 --set batch_tokens=512 --set val_tokens=2048"
+    " --set periodic_val_tokens=1024 --set train.threads=2 --quiet";
+
+std::vector<nlohmann::json> read_metrics(const std::string& run) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(read_file(run + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+// The weights + optimizer bytes of a checkpoint (everything between the metadata and the checksum).
+std::string checkpoint_payload(const std::string& path) {
+  std::string blob = read_file(path);
+  uint64_t meta, wb, ob;
+  std::memcpy(&meta, blob.data() + 24, 8);
+  std::memcpy(&wb, blob.data() + 32, 8);
+  std::memcpy(&ob, blob.data() + 40, 8);
+  return blob.substr(48 + meta, wb + ob);
+}
+
+std::string latest_ckpt(const std::string& run) {
+  std::string name = read_file(run + "/checkpoints/latest");
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return run + "/checkpoints/" + name;
+}
+
+// Overfit one fixed batch of a short repeated "text" (a cycle of 24 distinct ids): every next token
+// is determined by the current one, so the loss must go to ~0.
+float overfit(const std::string& matrix_kind) {
+  RunConfig c = load_config("d4", {"n_layer=2", "d_model=64", "n_head=2", "n_kv_head=2", "head_dim=32",
+                                   "vocab_size=64", "seq_len=32", "micro_batch=4", "batch_tokens=128",
+                                   "matrix.kind=" + matrix_kind});
+  if (matrix_kind == "adamw") c.optim.matrix.lr = 0.01f;
+  else c.optim.matrix.lr = 0.05f;
+  c.optim.embed.lr = 0.05f;
+  c.optim.head.lr = 0.02f;
+  const int B = 4, T = 32, steps = 150;
+  GPT model(c.model, B, T);
+  model.init_weights(3);
+  Optimizer opt(model.params(), c.optim);
+  std::vector<int32_t> cycle(24);
+  Rng rng(9);
+  std::vector<int32_t> ids(64);
+  for (int i = 0; i < 64; ++i) ids[i] = i;
+  for (int i = 63; i > 0; --i) std::swap(ids[i], ids[rng.next() % uint64_t(i + 1)]);
+  for (int i = 0; i < 24; ++i) cycle[i] = ids[i];
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      in[b * T + t] = cycle[(b * 5 + t) % 24];
+      tg[b * T + t] = cycle[(b * 5 + t + 1) % 24];
+    }
+  TrainConfig tc = c.train;
+  float loss = 0;
+  for (int s = 0; s < steps; ++s) {
+    ScheduleValues sv = schedule_at(tc, c.optim.matrix.momentum, double(s) / steps);
+    model.zero_grad();
+    loss = model.forward(in.data(), tg.data(), B, T);
+    model.backward(1.0f);
+    opt.step(sv.lr_scale, sv.wd_scale, sv.muon_momentum);
+  }
+  return model.forward(in.data(), tg.data(), B, T);
+}
+
+}  // namespace
+
+TEST(TrainOverfit, MuonReachesNearZeroLoss) {
+  float loss = overfit("muon");
+  EXPECT_LT(loss, 0.05f) << "ln(64) = 4.16 at the start";
+}
+
+TEST(TrainOverfit, AllAdamWReachesNearZeroLoss) {
+  float loss = overfit("adamw");
+  EXPECT_LT(loss, 0.05f) << "ln(64) = 4.16 at the start";
+}
+
+TEST(TrainCli, BudgetRunWritesRunDirectoryAndStopsWithinOneStep) {
+  const std::string run = temp_run("budget"), bin = CLOCKLM_BINARY;
+  const double budget = 3.0;
+  CmdResult r = run_cmd(bin + " train" + kTiny + " --set eval_every_seconds=1 --set warmdown_frac=0.5 --data " +
+                        tiny_dataset() + " --budget 3s --out " + run);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::string last = last_line(r.out);
+  ASSERT_EQ(last.rfind("val_bpb ", 0), 0u) << r.out;
+  double bpb = std::stod(last.substr(8));
+  EXPECT_TRUE(std::isfinite(bpb) && bpb > 0 && bpb < 8) << bpb;
+
+  for (const char* f : {"config.json", "run.json", "metrics.jsonl", "summary.json", "checkpoints/latest"})
+    EXPECT_TRUE(fs::exists(run + "/" + f)) << f;
+  auto summary = nlohmann::json::parse(read_file(run + "/summary.json"));
+  for (const char* k : {"val_bpb", "val", "steps", "tokens", "device_seconds", "params", "tokens_per_second",
+                        "config", "model_flops_per_second"})
+    EXPECT_TRUE(summary.contains(k)) << k;
+  EXPECT_DOUBLE_EQ(summary["val_bpb"].get<double>(), bpb);
+  EXPECT_EQ(summary["config"], "d4");
+  EXPECT_TRUE(summary["val"].contains("tokens"));
+  auto cfg = nlohmann::json::parse(read_file(run + "/config.json"));
+  EXPECT_EQ(cfg["model"]["vocab_size"], 320);  // from the tokenizer
+  EXPECT_NO_THROW(run_config_from_json(cfg));
+  auto rec = nlohmann::json::parse(read_file(run + "/run.json"));
+  EXPECT_TRUE(rec.contains("dataset"));
+
+  auto rows = read_metrics(run);
+  std::vector<nlohmann::json> steps;
+  bool saw_val = false;
+  for (auto& row : rows) {
+    if (row.contains("val_bpb")) saw_val = true;
+    if (row.contains("loss")) steps.push_back(row);
+  }
+  EXPECT_TRUE(saw_val);
+  ASSERT_GE(steps.size(), 2u) << r.out;
+  EXPECT_EQ(int64_t(steps.size()), summary["steps"].get<int64_t>());
+  double max_step = 0, prev_used = 0;
+  TrainConfig tc = load_config(run + "/config.json").train;
+  for (auto& row : steps) {
+    for (const char* k : {"step", "tokens", "device_seconds", "loss", "lr", "grad_norm", "tokens_per_second",
+                          "model_flops_per_second"})
+      ASSERT_TRUE(row.contains(k)) << k << " in " << row.dump();
+    max_step = std::max(max_step, row["step_seconds"].get<double>());
+    // The schedule is the one of the budget fraction at the start of the step.
+    float want = schedule_at(tc, 0.95f, prev_used / budget).lr_scale;
+    EXPECT_NEAR(row["lr"].get<double>(), want, 1e-6) << row.dump();
+    prev_used = row["device_seconds"].get<double>();
+  }
+  double used = summary["device_seconds"].get<double>();
+  EXPECT_DOUBLE_EQ(used, prev_used);
+  EXPECT_LE(used, budget + max_step);  // never more than one step past the budget
+  EXPECT_GT(used, budget - max_step);  // and never stopped while a whole step still fitted
+  // The last step ran deep in the warmdown: its lr multiplier is small.
+  EXPECT_LT(steps.back()["lr"].get<double>(), 2.0 * max_step / budget / 0.5 + 1e-6);
+
+  // The run folder is not silently overwritten.
+  CmdResult again = run_cmd(bin + " train" + kTiny + " --data " + tiny_dataset() + " --budget 1s --out " + run);
+  EXPECT_NE(again.status, 0);
+  EXPECT_NE(again.out.find("already holds a run"), std::string::npos) << again.out;
+  fs::remove_all(run);
+}
+
+TEST(TrainCli, ResumeIsBitExactAndBadCheckpointsAreRefused) {
+  const std::string bin = CLOCKLM_BINARY, a = temp_run("full"), b = temp_run("split");
+  const std::string common = bin + " train" + kTiny + " --set max_steps=8 --set eval_every_seconds=0 --data " +
+                             tiny_dataset() + " --budget 1h";
+  CmdResult ra = run_cmd(common + " --out " + a);
+  ASSERT_EQ(ra.status, 0) << ra.out;
+  CmdResult rb1 = run_cmd(common + " --out " + b + " --stop-after-steps 4");
+  ASSERT_EQ(rb1.status, 0) << rb1.out;
+  EXPECT_NE(rb1.out.find("stopped at step 4"), std::string::npos) << rb1.out;
+  EXPECT_FALSE(fs::exists(b + "/summary.json"));
+  const std::string mid = latest_ckpt(b), saved = b + "/mid.ckpt";
+  fs::copy_file(mid, saved);
+
+  CmdResult rb2 = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
+  ASSERT_EQ(rb2.status, 0) << rb2.out;
+  EXPECT_EQ(last_line(ra.out), last_line(rb2.out));  // the same val_bpb, printed to 6 digits
+
+  // 4 + 4 steps == 8 steps: identical loss curve, weights and optimizer state, bit for bit.
+  auto ma = read_metrics(a), mb = read_metrics(b);
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["step"], mb[i]["step"]);
+    if (ma[i].contains("loss")) {
+      EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << ma[i]["step"];
+      EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>());
+      EXPECT_EQ(ma[i]["lr"].get<double>(), mb[i]["lr"].get<double>());
+    }
+  }
+  EXPECT_TRUE(checkpoint_payload(latest_ckpt(a)) == checkpoint_payload(latest_ckpt(b)))
+      << "final weights/optimizer state differ";
+  auto sa = nlohmann::json::parse(read_file(a + "/summary.json"));
+  auto sb = nlohmann::json::parse(read_file(b + "/summary.json"));
+  EXPECT_EQ(sa["val_bpb"].get<double>(), sb["val_bpb"].get<double>());
+  EXPECT_EQ(sb["steps"], 8);
+
+  // Refusals, each a single line and a non-zero exit; the run is left as it was.
+  auto refuse = [&](const std::string& extra, const std::string& want) {
+    CmdResult r = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet" + extra);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_EQ(r.out.rfind("clocklm: error: ", 0), 0u) << r.out;
+  };
+  std::string blob = read_file(saved);
+  const std::string target = latest_ckpt(b);
+  // Another config (model shape changes the hash).
+  fs::copy_file(saved, target, fs::copy_options::overwrite_existing);
+  refuse(" --set model.n_layer=3", "different config");
+  // A flipped byte in the weights.
+  std::string bad = blob;
+  bad[bad.size() / 2] ^= 0x40;
+  atomic_write(target, bad);
+  refuse("", "corrupt");
+  // Truncated.
+  atomic_write(target, blob.substr(0, blob.size() - 100));
+  refuse("", "truncated");
+  // Not a checkpoint at all.
+  atomic_write(target, "hello");
+  refuse("", "truncated");
+  atomic_write(target, std::string(200, 'x'));
+  refuse("", "not a clocklm checkpoint");
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(TrainCli, BadInputsGiveOneLineErrors) {
+  const std::string bin = CLOCKLM_BINARY, run = temp_run("bad");
+  auto one_line_error = [&](const std::string& args, const std::string& want) {
+    CmdResult r = run_cmd(bin + " train" + args);
+    EXPECT_NE(r.status, 0) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("clocklm: error: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  };
+  const std::string data = " --data " + tiny_dataset() + " --out " + run;
+  one_line_error(kTiny + " --set vocab_size=100" + data, "smaller than the dataset tokenizer");
+  one_line_error(kTiny + " --set n_layerz=2" + data, "unknown config key 'n_layerz'");
+  one_line_error(kTiny + " --set n_head=3" + data, "not divisible");
+  one_line_error(kTiny + " --set n_layer=0" + data, "model.n_layer");
+  one_line_error(kTiny + " --budget -5m" + data, "negative duration");
+  one_line_error(kTiny + " --data /nonexistent/dir --out " + run, "/nonexistent/dir");
+  one_line_error(" --resume " + run + "_missing --data " + tiny_dataset(), "");
+  fs::remove_all(run);
+}
+
+TEST(TrainCli, DivergenceStopsWithAClearError) {
+  const std::string bin = CLOCKLM_BINARY, run = temp_run("nan");
+  CmdResult r = run_cmd(bin + " train" + kTiny + " --set embed.lr=1e38 --set head.lr=1e38 --set grad_clip=0" +
+                        " --set max_steps=20 --data " + tiny_dataset() + " --budget 1h --out " + run);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
+  fs::remove_all(run);
+}
