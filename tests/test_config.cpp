@@ -9,6 +9,7 @@
 
 #include "core/common.h"
 #include "model/config.h"
+#include "model/gpt.h"
 
 using namespace clm;
 
@@ -196,4 +197,26 @@ TEST(Config, CliRejectsBadConfigsWithOneLine) {
   EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_NE(ok.out.find("parameters"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("FLOPs per token"), std::string::npos) << ok.out;
+}
+
+TEST(Config, AnalyticCountsMatchTheModel) {
+  for (auto ov : std::vector<std::vector<std::string>>{
+           {},
+           {"activation=swiglu", "tie_embeddings=true"},
+           {"n_kv_head=1", "norm_gain=true", "activation=gelu", "mlp_ratio=3"}}) {
+    std::vector<std::string> sets = {"n_layer=2", "d_model=64", "n_head=2", "n_kv_head=2", "head_dim=32",
+                                     "vocab_size=100", "seq_len=16", "micro_batch=1", "batch_tokens=16"};
+    sets.insert(sets.end(), ov.begin(), ov.end());
+    RunConfig c = load_config("d4", sets);
+    GPT model(c.model, 1, 16);
+    ParamCount pc = count_params(c.model);
+    int64_t by_kind[4] = {0, 0, 0, 0};
+    for (const Param& p : model.params()) by_kind[int(p.kind)] += p.numel();
+    EXPECT_EQ(pc.total(), model.num_params()) << ::testing::PrintToString(ov);
+    EXPECT_EQ(pc.matrix, by_kind[int(ParamKind::Matrix)]) << ::testing::PrintToString(ov);
+    EXPECT_EQ(pc.embed, by_kind[int(ParamKind::Embedding)]) << ::testing::PrintToString(ov);
+    EXPECT_EQ(pc.head, by_kind[int(ParamKind::Head)]) << ::testing::PrintToString(ov);
+    EXPECT_EQ(pc.scalar, by_kind[int(ParamKind::Scalar)]) << ::testing::PrintToString(ov);
+    EXPECT_NEAR(flops_per_token(c.model, 16) / model.flops_per_token(16), 1.0, 1e-9);
+  }
 }

@@ -42,14 +42,6 @@ std::vector<std::string> own_argv() {
   return argv;
 }
 
-// Training FLOPs per token: 6 per matmul weight (fwd 2 + bwd 4) plus causal-free attention scores
-// and values, 12 * n_layer * n_head * head_dim * T (the usual convention, as in PaLM and nanochat).
-double analytic_flops_per_token(const ModelConfig& m, int T) {
-  ParamCount p = count_params(m);
-  double mm = double(p.matrix + (m.tie_embeddings ? p.embed : p.head));
-  return 6.0 * mm + 12.0 * m.n_layer * m.n_head * m.head_dim * double(T);
-}
-
 }  // namespace
 
 void register_engine_commands(CLI::App& app) {
@@ -78,7 +70,7 @@ void register_engine_commands(CLI::App& app) {
       std::printf("  embed  (%s): %s\n", c.optim.embed.kind.c_str(), with_commas(p.embed).c_str());
       std::printf("  head   (%s): %s\n", c.optim.head.kind.c_str(), with_commas(p.head).c_str());
       std::printf("  scalar (%s): %s\n", c.optim.scalar.kind.c_str(), with_commas(p.scalar).c_str());
-      double f = analytic_flops_per_token(m, m.seq_len);
+      double f = flops_per_token(m, m.seq_len);
       std::printf("training FLOPs per token (T=%d): %.4g (%.3f GFLOP)\n", m.seq_len, f, f / 1e9);
       std::printf("training FLOPs per step (%lld tokens): %.4g\n", (long long)c.train.batch_tokens,
                   f * double(c.train.batch_tokens));

@@ -457,8 +457,16 @@ ParamCount count_params(const ModelConfig& m) {
   int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo
   int64_t mlp = (m.activation == "swiglu" ? 3 : 2) * D * hidden;
   p.matrix = int64_t(m.n_layer) * (attn + mlp);
-  if (m.norm_gain) p.scalar = int64_t(m.n_layer) * 2 * D + D;  // two norms per block + the final norm
+  // Learned gains: two norms per block (+ q/k norms with qk_norm) and the final norm.
+  if (m.norm_gain) p.scalar = int64_t(m.n_layer) * (2 * D + (m.qk_norm ? 2 * hd : 0)) + D;
   return p;
+}
+
+double flops_per_token(const ModelConfig& m, int T) {
+  ParamCount p = count_params(m);
+  double mm = double(p.matrix) + double(m.padded_vocab()) * m.d_model;  // the head (tied or not) is a matmul
+  double att = double(m.n_layer) * 2.0 * m.n_head * m.head_dim * (double(T) + 1.0);
+  return 3.0 * (2.0 * mm + att);
 }
 
 }  // namespace clm

@@ -99,5 +99,9 @@ struct ParamCount {
   int64_t total() const { return embed + head + matrix + scalar; }
 };
 ParamCount count_params(const ModelConfig& m);
+// Training FLOPs per token (forward + backward = 3x forward) at sequence length T, analytically: 2 per
+// matmul weight (head included, embedding lookup not) plus causal attention, 2*n_head*head_dim*(T+1)
+// per layer. The same formula as GPT::flops_per_token (tested), usable without allocating a model.
+double flops_per_token(const ModelConfig& m, int T);
 
 }  // namespace clm

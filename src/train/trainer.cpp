@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <memory>
 
 #include "core/common.h"
 #include "data/dataset.h"
@@ -171,7 +172,8 @@ TrainResult train(const TrainOptions& o) {
     next_ckpt_at = st.value("next_ckpt_at", next_ckpt_at);
     last_val = st.value("last_val", nlohmann::json());
     kept_ckpts.push_back(fs::path(path).filename().string());
-    std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(), (long long)step,
+    if (!o.quiet)
+      std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(), (long long)step,
                  clock.used);
   }
   write_json_file((fs::path(run_dir) / "config.json").string(), to_json(cfg));
@@ -227,8 +229,8 @@ TrainResult train(const TrainOptions& o) {
   const int64_t prof_first = step + 2, prof_steps = 3;
   double prof_seconds = 0;
 
-  Progress progress("train", det ? double(tc.max_steps) : clock.budget, stderr);
-  if (o.quiet) progress.tty = false, progress.log_interval = 1e18;
+  std::unique_ptr<Progress> progress;
+  if (!o.quiet) progress = std::make_unique<Progress>("train", det ? double(tc.max_steps) : clock.budget, stderr);
   SignalGuard signals;
 
   std::vector<int32_t> inputs(size_t(accum) * B * T), targets(size_t(accum) * B * T);
@@ -236,7 +238,8 @@ TrainResult train(const TrainOptions& o) {
   double last_loss = NAN;
   bool stopped_early = false;
   std::string stop_reason = det ? "max_steps" : "budget";
-  std::fprintf(stderr, "train: %s, %s params, %lld tokens/step (%lld x %d x %d), %s, budget %.0fs%s\n",
+  if (!o.quiet)
+    std::fprintf(stderr, "train: %s, %s params, %lld tokens/step (%lld x %d x %d), %s, budget %.0fs%s\n",
                cfg.name.c_str(), human(double(n_params)).c_str(), (long long)tc.batch_tokens, (long long)accum, B, T,
                cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : "AdamW", clock.budget,
                det ? fmt::format(", max_steps {}", tc.max_steps).c_str() : "");
@@ -327,6 +330,9 @@ TrainResult train(const TrainOptions& o) {
       row["val_bpb"] = r.bpb;
       row["val_tokens"] = r.tokens;
       last_val = {{"step", step}, {"val_bpb", r.bpb}, {"val_tokens", r.tokens}};
+      if (progress)
+        progress->message(fmt::format("step {} | {:.1f}s of budget | val bpb {:.4f} ({} tokens)", step, clock.used,
+                                      r.bpb, r.tokens));
       log_row = true;
     }
     if (log_row) metrics.append(row);
@@ -334,7 +340,8 @@ TrainResult train(const TrainOptions& o) {
     const double mflops = tps * flops_per_token;
     std::string mfu = peak_flops > 0 ? fmt::format("MFU {:.0f}%", 100.0 * mflops / peak_flops)
                                      : fmt::format("{}FLOP/s", human(mflops));
-    progress.update(det ? double(step) : clock.used,
+    if (progress)
+      progress->update(det ? double(step) : clock.used,
                     fmt::format("step {} | loss {:.4f} | {} tok/s | {} | budget {:.0f}% | lr x{:.3f}{}", step,
                                 last_loss, human(tps), mfu, 100.0 * fraction(), sv.lr_scale,
                                 last_val.is_null() ? "" : fmt::format(" | val {:.4f}", last_val["val_bpb"].get<double>())));
@@ -358,12 +365,14 @@ TrainResult train(const TrainOptions& o) {
   res.device_seconds = clock.used;
   checkpoint(stopped_early ? "stopped" : "final");
   if (stopped_early) {
-    progress.finish(fmt::format("stopped at step {} ({}); resume with --resume {}", step, stop_reason, run_dir));
+    if (progress)
+      progress->finish(fmt::format("stopped at step {} ({}); resume with --resume {}", step, stop_reason, run_dir));
     if (stop_reason == "signal") fail("interrupted at step {}; checkpoint saved, resume with --resume {}", step, run_dir);
     res.finished = false;
     return res;
   }
-  progress.finish(fmt::format("step {} | loss {:.4f} | {:.1f}s of {:.0f}s budget", step, last_loss, clock.used,
+  if (progress)
+    progress->finish(fmt::format("step {} | loss {:.4f} | {:.1f}s of {:.0f}s budget", step, last_loss, clock.used,
                               clock.budget));
 
   // ---- final evaluation and summary ----
