@@ -114,6 +114,11 @@ TrainResult train(const TrainOptions& o) {
   if (uint32_t(cfg.model.vocab_size) < info.vocab_size)
     fail("model.vocab_size {} is smaller than the dataset tokenizer's {} ids ({})", cfg.model.vocab_size,
          info.vocab_size, o.data_dir);
+  // Larger would train (the extra rows are never targets) but validation bpb requires the model's
+  // vocabulary to be the tokenizer's, so refuse it now rather than after the budget is spent.
+  if (uint32_t(cfg.model.vocab_size) > info.vocab_size)
+    fail("model.vocab_size {} is larger than the dataset tokenizer's {} ids ({}); set it to 0 (from the tokenizer)",
+         cfg.model.vocab_size, info.vocab_size, o.data_dir);
   validate(cfg);
   const TrainConfig& tc = cfg.train;
   const int threads = tc.threads > 0 ? tc.threads : default_threads();
