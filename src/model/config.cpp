@@ -209,14 +209,16 @@ RunConfig preset_baseline_50m() {
   c.model.vocab_size = 32768;
   c.model.seq_len = 1024;
   scale_adamw_lrs(c);
-  c.train.batch_tokens = 8192;
+  // ~100 steps of 4096 tokens fit a 10-minute CPU budget; smaller batches would make Muon's
+  // Newton-Schulz (~1 s per step for this model) a large share of every step.
+  c.train.batch_tokens = 4096;
   c.train.micro_batch = 4;
   return c;
 }
 
 // d<N>: the one-knob family. width = 64*N, n_layer = N. head_dim = 128 once the width reaches 1024
 // and divides by 128 (N >= 16, N even), else 64; n_head = n_kv_head = width / head_dim. The batch grows
-// with depth (1024*N tokens rounded up to whole micro-batches of 4 x 1024), AdamW lrs as 1/sqrt(width).
+// with depth (512*N tokens rounded up to whole micro-batches), AdamW lrs as 1/sqrt(width).
 RunConfig preset_d(int N) {
   RunConfig c;
   c.name = fmt::format("d{}", N);
@@ -232,7 +234,7 @@ RunConfig preset_d(int N) {
   c.model.seq_len = 1024;
   c.train.micro_batch = N >= 16 ? 2 : 4;
   int64_t micro_tokens = int64_t(c.train.micro_batch) * c.model.seq_len;
-  int64_t want = 1024LL * N;
+  int64_t want = 512LL * N;
   c.train.batch_tokens = (want + micro_tokens - 1) / micro_tokens * micro_tokens;
   scale_adamw_lrs(c);
   return c;

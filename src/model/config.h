@@ -52,7 +52,7 @@ struct OptimConfig {
 };
 
 struct TrainConfig {
-  int64_t batch_tokens = 8192;   // total tokens per optimizer step (grad accumulation to reach it)
+  int64_t batch_tokens = 4096;   // total tokens per optimizer step (grad accumulation to reach it)
   int micro_batch = 4;           // rows per forward/backward
   double budget_seconds = 600;   // device-time budget
   float warmup_frac = 0.0f;      // of the budget
