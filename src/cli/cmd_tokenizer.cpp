@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "data/corpus.h"
 #include "tok/tokenizer.h"
 #include "tok/train.h"
 
@@ -18,59 +19,24 @@ namespace clm {
 
 namespace fs = std::filesystem;
 
-// Local reader for `tokenizer train` inputs (.txt = one document, .jsonl = field "text" per line)
-// until the shared corpus reader (data/corpus.h) lands on main.
+// Training documents from files, folders or globs (the shared corpus reader), up to max_chars bytes.
 static void read_training_text(const std::vector<std::string>& inputs, int64_t max_chars,
                                std::vector<std::string>& docs, int64_t& bytes) {
-  std::vector<std::string> files;
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    if (fs::is_directory(in, ec)) {
-      std::vector<std::string> here;
-      for (auto& e : fs::recursive_directory_iterator(in))
-        if (e.is_regular_file()) here.push_back(e.path().string());
-      std::sort(here.begin(), here.end());
-      if (here.empty()) fail("input folder {} holds no files", in);
-      files.insert(files.end(), here.begin(), here.end());
-    } else if (fs::exists(in, ec)) {
-      files.push_back(in);
-    } else {
-      fail("input not found: {}", in);
-    }
-  }
+  std::vector<std::string> files = expand_inputs(inputs);
+  CorpusStats stats;
   bytes = 0;
-  for (const auto& f : files) {
-    if (bytes >= max_chars) break;
-    auto ends_with = [&](const char* suf) {
-      std::string_view s(suf);
-      return f.size() >= s.size() && f.compare(f.size() - s.size(), s.size(), s) == 0;
-    };
-    std::string text = read_file(f);
-    if (ends_with(".jsonl")) {
-      size_t pos = 0, line = 0;
-      while (pos < text.size() && bytes < max_chars) {
-        size_t eol = text.find('\n', pos);
-        if (eol == std::string::npos) eol = text.size();
-        std::string_view l(text.data() + pos, eol - pos);
-        pos = eol + 1;
-        ++line;
-        if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-        try {
-          auto j = nlohmann::json::parse(l);
-          std::string t = j.at("text").get<std::string>();
-          bytes += int64_t(t.size());
-          docs.push_back(std::move(t));
-        } catch (const nlohmann::json::exception& e) {
-          fail("{} line {}: malformed JSON line or no \"text\" field ({})", f, line, e.what());
-        }
-      }
-    } else if (ends_with(".txt")) {
-      bytes += int64_t(text.size());
-      docs.push_back(std::move(text));
-    } else {
-      fail("unsupported input {} (tokenizer train reads .txt and .jsonl)", f);
-    }
-  }
+  for_each_document(
+      files,
+      [&](std::string_view doc) {
+        if (bytes >= max_chars) return false;
+        bytes += int64_t(doc.size());
+        docs.emplace_back(doc);
+        return bytes < max_chars;
+      },
+      &stats);
+  if (stats.malformed_lines > 0)
+    fmt::print(stderr, "tokenizer: skipped {} malformed JSON lines (first at {})\n", stats.malformed_lines,
+               stats.first_malformed);
 }
 
 static std::string read_stdin() {
@@ -101,7 +67,7 @@ void register_tokenizer_commands(CLI::App& app) {
   };
   auto ta = std::make_shared<TrainArgs>();
   auto* train = tok->add_subcommand("train", "Learn a byte-level BPE (GPT-4-style pre-split) from text");
-  train->add_option("--input", ta->inputs, "Text files or folders (.txt = one document, .jsonl = field \"text\")")
+  train->add_option("--input", ta->inputs, "Files, folders or globs of .txt, .jsonl, .jsonl.zst, .jsonl.gz")
       ->required();
   train->add_option("--vocab-size", ta->vocab_size, "Vocabulary size including 8 special tokens")
       ->capture_default_str();
