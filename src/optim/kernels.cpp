@@ -7,11 +7,15 @@
 
 namespace clm {
 
+// Below this many elements a loop runs on the calling thread: waking the team costs more than the
+// work (and, on a loaded machine, a descheduled thread can stall a barrier for a whole time slice).
+constexpr int64_t kParallelMin = 1 << 16;
+
 double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kChunk = 16384;
   const int64_t nchunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(size_t(nchunks), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nchunks > 4)
   for (int64_t c = 0; c < nchunks; ++c) {
     const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
     double s = 0;
@@ -29,7 +33,7 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
   const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
   const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
   const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - lr * wd;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * gscale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -41,7 +45,7 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
 }
 
 void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * gscale;
     const float b = mu * buf[i] + g;
@@ -52,7 +56,7 @@ void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gsc
 
 void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) {
   const float decay = 1.0f - lr * wd, step = lr * scale;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * o[i];
 }
 

@@ -71,10 +71,13 @@ struct NewtonSchulzImpl {
 };
 
 // fp32 -> bf16 with round-to-nearest-even (NaN kept quiet).
+// Below this many multiply-adds per X X^T (a*a*b), the fp32 loop path is used (always in fp32).
+constexpr int64_t kSmallNs = 128 * 128 * 256;
+
 static void to_bf16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512BF16__)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (int64_t j = 0; j < n / 16; ++j) {
     __m512 v = _mm512_loadu_ps(x + j * 16);
     __m256bh h = _mm512_cvtneps_pbh(v);
@@ -91,6 +94,40 @@ static void to_bf16(const float* x, uint16_t* y, int64_t n) {
     }
     u += 0x7fff + ((u >> 16) & 1);
     y[i] = uint16_t(u >> 16);
+  }
+}
+
+// Small matrices (tiny test models, a d_model of 64..128): a plain fp32 triple loop beats oneDNN's
+// per-call overhead. C (M x N) = alpha * A(M x K) * B(K x N, or the rows of an N x K matrix) + beta*C.
+static void small_matmul(const float* A, const float* Bm, float* C, int64_t M, int64_t K, int64_t N, bool transB,
+                         float alpha, float beta) {
+  std::vector<float> row(static_cast<size_t>(N));
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(row.begin(), row.end(), 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = A[i * K + k];
+      if (transB) {
+        for (int64_t j = 0; j < N; ++j) row[j] += a * Bm[j * K + k];
+      } else {
+        const float* b = Bm + k * N;
+        for (int64_t j = 0; j < N; ++j) row[j] += a * b[j];
+      }
+    }
+    for (int64_t j = 0; j < N; ++j) C[i * N + j] = alpha * row[j] + (beta != 0.0f ? beta * C[i * N + j] : 0.0f);
+  }
+}
+
+static void small_newton_schulz(std::vector<float>& X, std::vector<float>& Y, std::vector<float>& A,
+                                std::vector<float>& B, int64_t a, int64_t b, int steps) {
+  Y.resize(X.size());
+  B.resize(A.size());
+  for (int it = 0; it < steps; ++it) {
+    small_matmul(X.data(), X.data(), A.data(), a, b, a, true, 1.0f, 0.0f);
+    std::copy(A.begin(), A.end(), B.begin());
+    small_matmul(A.data(), A.data(), B.data(), a, a, a, false, kNsC, kNsB);
+    std::copy(X.begin(), X.end(), Y.begin());
+    small_matmul(B.data(), X.data(), Y.data(), a, a, b, false, 1.0f, kNsA);
+    std::swap(X, Y);
   }
 }
 
@@ -114,14 +151,16 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
   double ss = sum_squares(G, n);
   const float inv = float(1.0 / (std::sqrt(ss) + 1e-7));
   if (tr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < a; ++i)
       for (int64_t j = 0; j < b; ++j) s.X[i * b + j] = G[j * cols + i] * inv;
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < n; ++i) s.X[i] = G[i] * inv;
   }
-  if (bf16) {
+  if (a * a * b <= kSmallNs) {
+    small_newton_schulz(s.X, s.Y, s.A, s.B, a, b, steps);
+  } else if (bf16) {
     s.Xh.resize(n);
     s.Ah.resize(a * a);
     for (int it = 0; it < steps; ++it) {
@@ -145,7 +184,7 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
     }
   }
   if (tr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
     for (int64_t j = 0; j < b; ++j)
       for (int64_t i = 0; i < a; ++i) out[j * cols + i] = s.X[i * b + j];
   } else {

@@ -15,9 +15,10 @@ struct NewtonSchulz {
   NewtonSchulz(NewtonSchulz&&) noexcept;
   NewtonSchulz& operator=(NewtonSchulz&&) noexcept;
   // out (rows x cols, row-major) = orthogonalised G. `out` may alias `G`. bf16: matmul inputs rounded
-  // to bf16 (the iteration's fp32 state is kept); false: fp32 throughout.
+  // to bf16 (the iteration's fp32 state is kept); false: fp32 throughout. Small matrices (min side^2 x
+  // max side <= 128*128*256) always take a plain fp32 loop path: oneDNN's per-call overhead dominates.
   void run(const float* G, float* out, int64_t rows, int64_t cols, int steps, bool bf16);
-  // FLOPs of one run (for the profiler): per step 2ab^... see newton_schulz.cpp.
+  // FLOPs of one run (for the profiler): steps * (4 a^2 b + 2 a^3), a = short side, b = long side.
   static double flops(int64_t rows, int64_t cols, int steps);
   std::unique_ptr<NewtonSchulzImpl> impl;
 };

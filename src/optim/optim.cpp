@@ -4,7 +4,9 @@
 // write it with the parameter names and sizes so a mismatched checkpoint is refused.
 #include "optim/optim.h"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <cstring>
 #include <istream>
 #include <ostream>
@@ -115,6 +117,20 @@ std::string Optimizer::group_of(const std::string& param_name) const {
   for (const OptState& st : impl->states)
     if (st.p->name == param_name) return kGroupNames[st.group];
   fail("optimizer: no parameter named '{}'", param_name);
+}
+
+void Optimizer::warmup() {
+  OptimizerImpl& s = *impl;
+  std::vector<std::tuple<int64_t, int64_t, int, bool>> done;
+  for (const OptState& st : s.states) {
+    if (!st.muon) continue;
+    const OptimGroup& g = *s.groups[st.group];
+    auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, g.ns_bf16);
+    if (std::find(done.begin(), done.end(), key) != done.end()) continue;
+    done.push_back(key);
+    std::fill(s.scratch_u.begin(), s.scratch_u.begin() + st.n, 0.0f);
+    s.ns.run(s.scratch_u.data(), s.scratch_o.data(), st.rows, st.cols, g.ns_steps, g.ns_bf16);
+  }
 }
 
 float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_override) {

@@ -21,6 +21,9 @@ struct Optimizer {
   // Returns the global gradient norm before clipping.
   float step(float lr_scale, float wd_scale = 1.0f, float muon_momentum = -1.0f);
   std::string group_of(const std::string& param_name) const;  // "matrix" | "embed" | "head" | "scalar"
+  // Builds the Newton-Schulz matmul primitives for every Muon shape (one-time JIT cost, kept out of
+  // the training budget). Touches no parameter or optimizer state.
+  void warmup();
   void save(std::ostream& out) const;  // optimizer state (moments, step count)
   void load(std::istream& in);         // throws Error on mismatch
   void set_profiler(Profiler* p);

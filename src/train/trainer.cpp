@@ -225,8 +225,14 @@ TrainResult train(const TrainOptions& o) {
   };
 
   auto evaluate = [&](int64_t n_tokens) {
-    BpbResult r = eval_bpb(model, o.data_dir, n_tokens, eval_B, T);
-    return r;
+    try {
+      return eval_bpb(model, o.data_dir, n_tokens, eval_B, T);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("finite") == std::string::npos) throw;
+      std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
+                                            : "last good checkpoint kept: " + kept_ckpts.back();
+      fail("training diverged: validation loss is not finite after step {}; {}", step, keep);
+    }
   };
 
   // ---- profiling: a few steps after the first (which builds the kernels' primitives) ----
@@ -239,6 +245,24 @@ TrainResult train(const TrainOptions& o) {
   SignalGuard signals;
 
   std::vector<int32_t> inputs(size_t(accum) * B * T), targets(size_t(accum) * B * T);
+
+  // Warm-up, off the clock: the first forward/backward and Newton-Schulz build their oneDNN primitives
+  // (JIT; seconds on a loaded machine), which is start-up, not training. Runs on a val batch so the
+  // training data position is untouched; gradients are zeroed at every step's start and weights are
+  // not changed, so a warmed run is bit-identical to an unwarmed one.
+  {
+    LoaderOptions wl = lo;
+    wl.split = "val";
+    wl.shuffle = false;
+    wl.loop = true;
+    wl.prefetch = false;
+    DataLoader wloader(wl);
+    wloader.next(inputs.data(), targets.data());
+    model.forward(inputs.data(), targets.data(), B, T);
+    model.backward(1.0f);
+    model.zero_grad();
+    opt.warmup();
+  }
   const int64_t session_start_step = step;
   double last_loss = NAN;
   bool stopped_early = false;
@@ -280,7 +304,14 @@ TrainResult train(const TrainOptions& o) {
     model.zero_grad();
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; ++a) {
-      float loss = model.forward(inputs.data() + a * B * T, targets.data() + a * B * T, B, T);
+      float loss;
+      try {
+        loss = model.forward(inputs.data() + a * B * T, targets.data() + a * B * T, B, T);
+      } catch (const Error& e) {
+        // The model itself refuses a non-finite loss; say what it means for the run.
+        if (std::string(e.what()).find("finite") == std::string::npos) throw;
+        loss = NAN;
+      }
       if (!std::isfinite(loss)) {
         std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
                                               : "last good checkpoint kept: " + kept_ckpts.back();
