@@ -225,6 +225,7 @@ TrainResult train(const TrainOptions& o) {
   };
 
   auto evaluate = [&](int64_t n_tokens) {
+    model.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
     try {
       return eval_bpb(model, o.data_dir, n_tokens, eval_B, T);
     } catch (const Error& e) {
