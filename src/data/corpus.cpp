@@ -261,6 +261,16 @@ struct JsonScan {
     ++p;
     for (;;) {
       const char* s = p;
+      // 8 bytes at a time while none of them is a quote, a backslash or a control character.
+      constexpr uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+      while (end - p >= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+        uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | ((v - ones * 0x20) & ~v);
+        if (hit & highs) break;
+        p += 8;
+      }
       while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) ++p;
       if (out) out->append(s, size_t(p - s));
       if (p >= end || (unsigned char)*p < 0x20) return false;

@@ -31,14 +31,33 @@ namespace fs = std::filesystem;
 
 static constexpr int kManifestVersion = 1;
 
-bool held_out(std::string_view doc, double val_fraction) {
-  uint64_t h = fnv1a64(doc.data(), doc.size());
-  h ^= h >> 33;  // fmix64: FNV's high bits are poorly mixed for short inputs
+uint64_t content_hash64(const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  const uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xff51afd7ed558ccdULL;
+  uint64_t h = 0x2545F4914F6CDD1DULL ^ (uint64_t(n) * k1);
+  auto step = [&](uint64_t w) {
+    h ^= w * k2;
+    h = ((h << 29) | (h >> 35)) * k1;
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    step(w);
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p + i, n - i);
+  step(w);
+  h ^= h >> 33;  // murmur3 fmix64
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53ULL;
   h ^= h >> 33;
-  return double(h >> 11) * 0x1.0p-53 < val_fraction;
+  return h;
+}
+
+bool held_out(std::string_view doc, double val_fraction) {
+  return double(content_hash64(doc.data(), doc.size()) >> 11) * 0x1.0p-53 < val_fraction;
 }
 
 namespace {
@@ -61,7 +80,7 @@ nlohmann::json describe_files(const std::vector<std::string>& files, int threads
     try {
       std::string data = read_file(files[i]);
       sizes[i] = data.size();
-      hashes[i] = fnv1a64(data.data(), data.size());
+      hashes[i] = content_hash64(data.data(), data.size());
     } catch (const std::exception& e) {
       errors[i] = e.what();
     }
