@@ -72,7 +72,10 @@ TEST(GPT, MlpHidden) {
   c.mlp_ratio = 4;
   EXPECT_EQ(c.mlp_hidden(), 2048);
   c.activation = "swiglu";
-  EXPECT_EQ(c.mlp_hidden(), 1344);  // 2/3 * 2048 = 1365 -> 1344
+  EXPECT_EQ(c.mlp_hidden(), 1408);  // 2/3 * 2048 = 1365.3 -> 1408
+  c.activation = "relu2";
+  c.mlp_ratio = 2.6f;
+  EXPECT_EQ(c.mlp_hidden(), 1344);  // 1331.2 -> 1344
 }
 
 TEST(GPT, BadShapesAreRefused) {

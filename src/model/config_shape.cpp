@@ -6,13 +6,13 @@
 
 namespace clm {
 
-// mlp_ratio*d_model rounded to the nearest multiple of 64 (at least 64). SwiGLU has three matrices
-// instead of two, so it uses 2/3 of that width (again rounded to 64) to keep parameters comparable.
+// mlp_ratio*d_model rounded up to a multiple of 64 (at least 64). SwiGLU has three matrices instead
+// of two, so it uses 2/3 of that width (again rounded up to 64) to keep parameters comparable.
 int ModelConfig::mlp_hidden() const {
-  double h = double(mlp_ratio) * d_model;
-  if (activation == "swiglu") h = h * 2.0 / 3.0;
-  int r = int(std::lround(h / 64.0)) * 64;
-  return std::max(64, r);
+  auto up64 = [](double h) { return std::max(64, int(std::ceil(h / 64.0 - 1e-9)) * 64); };
+  int h = up64(double(mlp_ratio) * d_model);
+  if (activation == "swiglu") h = up64(h * 2.0 / 3.0);
+  return h;
 }
 
 }  // namespace clm
