@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,8 @@ namespace clm {
 
 struct CorpusStats {
   int64_t files = 0, documents = 0, bytes = 0, malformed_lines = 0;
+  std::string first_malformed;                       // "file:line" of the first malformed line
+  std::map<std::string, int64_t> malformed_per_file;  // only files with malformed lines
 };
 
 // Expand files/folders/globs into a sorted list of input files; throws Error if one names nothing.
@@ -18,5 +21,20 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // Call fn(doc) for each document in order; fn returns false to stop early.
 void for_each_document(const std::vector<std::string>& files,
                        const std::function<bool(std::string_view doc)>& fn, CorpusStats* stats = nullptr);
+
+
+// What a corpus file holds, judged by its name: JSON lines or one text document, and how it is
+// compressed. `unsupported` for any other name.
+enum class Compression { none, zstd, gzip, unsupported };
+struct CorpusFileKind {
+  bool jsonl = false;
+  Compression compression = Compression::unsupported;
+};
+CorpusFileKind corpus_file_kind(std::string_view path);
+
+// Parse one JSON line: `ok` puts the "text" string (unescaped) into `text`; `blank` for an empty or
+// whitespace-only line; `malformed` for invalid JSON, a non-object, or a missing/non-string "text".
+enum class JsonLineResult { ok, blank, malformed };
+JsonLineResult parse_jsonl_text(std::string_view line, std::string& text);
 
 }  // namespace clm

@@ -21,12 +21,46 @@ struct Shard {
   std::string path;
   uint32_t width = 2;       // bytes per token: 2 or 4
   uint64_t n_tokens = 0;
+  uint32_t vocab_size = 0;  // of the tokenizer that wrote it (header field)
   const void* data = nullptr;  // points into the mapping, past the header
   std::shared_ptr<void> mapping;  // keeps the mmap alive
 };
 
 // Write tokens as a shard (atomically). width is chosen from vocab_size (2 if it fits in uint16).
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t vocab_size);
+
+// Streaming shard writer (what write_shard and `prepare` use): tokens go to a hidden temp file next
+// to `path`; finish() patches the header, fsyncs and renames. Destroying an unfinished writer
+// removes the temp file, so an interrupted write never leaves a shard behind.
+struct ShardWriter {
+  ShardWriter(const std::string& path, uint32_t vocab_size);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+  void append(const uint32_t* tokens, size_t n);  // throws Error if a token is >= vocab_size
+  void finish();
+  std::string path, tmp;
+  uint32_t vocab_size, width;
+  uint64_t n_tokens = 0;
+  int fd = -1;
+  std::vector<char> buf;
+};
+
+constexpr uint32_t kShardVersion = 1;
+constexpr size_t kShardHeaderBytes = 32;
+inline uint32_t shard_width_for(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+// What the loader needs from a prepared folder without loading the tokenizer: manifest, shard
+// paths (in order) and the BOS id. Throws Error when the folder is not a prepared dataset.
+struct DatasetInfo {
+  std::string dir;
+  nlohmann::json manifest;
+  std::vector<std::string> train_shards, val_shards;
+  uint32_t bos_id = 0, vocab_size = 0;
+  std::string tokenizer_hash;
+  const std::vector<std::string>& shards(const std::string& split) const;  // "train" or "val"
+};
+DatasetInfo read_dataset_info(const std::string& dir);
 
 struct Dataset {
   static Dataset open(const std::string& dir);  // reads manifest.json + tokenizer; throws Error

@@ -34,6 +34,10 @@ struct DataLoader {
   // Position for checkpoints; restore() makes the following next() calls identical.
   nlohmann::json state() const;
   void restore(const nlohmann::json& st);
+  // Size of the split as this loader sees it (all ranks together).
+  uint64_t rows() const;     // rows of T+1 tokens (see docs/DATA.md for how they are cut)
+  uint64_t tokens() const;   // tokens in the split's shards
+  double epoch() const;      // epochs consumed so far (fractional; counts all ranks' rows)
   std::unique_ptr<LoaderImpl> impl;
 };
 

@@ -2,7 +2,9 @@
 // over ln2 * sum of target byte lengths, BOS targets excluded from both. Owned by issue 4.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -10,16 +12,39 @@ namespace clm {
 
 struct GPT;
 
+// The definition, recorded next to every bpb number (summary.json, eval --json).
+extern const char* const kBpbDefinition;
+
 struct BpbResult {
   double bpb = 0;
   double nats = 0;         // summed cross-entropy over counted targets
   int64_t tokens = 0;      // counted target tokens (BOS excluded)
   int64_t bytes = 0;       // summed byte lengths of counted targets
+  int64_t positions = 0;   // target positions visited (= val_tokens unless the split ran out)
+  int64_t val_tokens = 0;  // requested number of target positions
+  int T = 0;               // row length used (rows of T+1 tokens from the loader)
+  double seconds = 0;
   nlohmann::json to_json() const;
 };
 
 // Evaluate on the first `val_tokens` target positions of the dataset's val split, rows built
 // exactly as the training loader builds them (no shuffle), B rows of T per forward.
 BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T);
+
+// ---- the model-independent parts (tested with stubs) ----------------------------------------
+// Adds n target positions: targets < 0 are skipped (not positions), special tokens (byte length 0,
+// e.g. BOS) count as positions but add neither nats nor bytes.
+void bpb_accumulate(BpbResult& r, const int32_t* targets, const float* token_loss, int64_t n,
+                    const std::vector<uint32_t>& token_bytes);
+void bpb_finalize(BpbResult& r);  // bpb = nats / (ln 2 * bytes)
+
+// Fills B*T inputs and targets; returns false when no batch is left.
+using BpbBatchSource = std::function<bool(int32_t* inputs, int32_t* targets)>;
+// Computes per-position losses (nats) for B rows of T (GPT::forward's token_loss contract).
+using BpbScorer = std::function<void(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss)>;
+// The evaluation loop: takes batches in order, counts exactly the first val_tokens target positions
+// (row-major; the last batch is cut, and only its needed rows are scored) and accumulates.
+BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
+                   int64_t val_tokens, int B, int T);
 
 }  // namespace clm

@@ -1,0 +1,191 @@
+// Token shards (write, memory-map, validate) and the manifest side of a prepared dataset folder.
+// The binary layout is specified in docs/FORMATS.md; every check here has a one-line error that
+// names the file, because a corrupt shard found mid-training is otherwise very hard to trace.
+#include "data/dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/common.h"
+
+namespace clm {
+
+namespace fs = std::filesystem;
+
+static constexpr char kMagic[8] = {'C', 'L', 'M', 'T', 'O', 'K', 'S', '\0'};
+
+static void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }  // little-endian hosts only
+static void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+static void write_all(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write {}: {}", path, std::strerror(errno));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+// ---- writer ---------------------------------------------------------------------------------
+
+ShardWriter::ShardWriter(const std::string& p, uint32_t vs)
+    : path(p), vocab_size(vs), width(shard_width_for(vs)) {
+  if (vs == 0) fail("cannot write shard {}: vocab_size is 0", p);
+  fs::path fp(p);
+  fs::path dir = fp.parent_path().empty() ? fs::path(".") : fp.parent_path();
+  tmp = (dir / ("." + fp.filename().string() + ".tmp." + std::to_string(getpid()))).string();
+  fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("cannot write {}: {}", tmp, std::strerror(errno));
+  char header[kShardHeaderBytes] = {};
+  write_all(fd, header, sizeof header, tmp);  // patched in finish()
+  buf.reserve(1 << 22);
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+  }
+}
+
+void ShardWriter::append(const uint32_t* tokens, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t t = tokens[i];
+    if (t >= vocab_size) fail("cannot write shard {}: token id {} >= vocab_size {}", path, t, vocab_size);
+    if (width == 2) {
+      uint16_t v = uint16_t(t);
+      buf.insert(buf.end(), (const char*)&v, (const char*)&v + 2);
+    } else {
+      buf.insert(buf.end(), (const char*)&t, (const char*)&t + 4);
+    }
+    if (buf.size() >= (1u << 22)) {
+      write_all(fd, buf.data(), buf.size(), tmp);
+      buf.clear();
+    }
+  }
+  n_tokens += n;
+}
+
+void ShardWriter::finish() {
+  if (fd < 0) fail("shard {} already finished", path);
+  write_all(fd, buf.data(), buf.size(), tmp);
+  buf.clear();
+  char header[kShardHeaderBytes] = {};
+  std::memcpy(header, kMagic, 8);
+  put_u32(header + 8, kShardVersion);
+  put_u32(header + 12, width);
+  put_u64(header + 16, n_tokens);
+  put_u32(header + 24, vocab_size);
+  if (::pwrite(fd, header, sizeof header, 0) != ssize_t(sizeof header))
+    fail("cannot write {}: {}", tmp, std::strerror(errno));
+  if (::fsync(fd) != 0) fail("cannot flush {}: {}", tmp, std::strerror(errno));
+  ::close(fd);
+  fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot rename {} to {}: {}", tmp, path, std::strerror(e));
+  }
+}
+
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t vocab_size) {
+  ShardWriter w(path, vocab_size);
+  w.append(tokens.data(), tokens.size());
+  w.finish();
+}
+
+// ---- reader ---------------------------------------------------------------------------------
+
+Shard Shard::open(const std::string& p) {
+  int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot open shard {}: {}", p, std::strerror(errno));
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot stat shard {}: {}", p, std::strerror(e));
+  }
+  uint64_t fsize = uint64_t(sb.st_size);
+  if (fsize < kShardHeaderBytes) {
+    ::close(fd);
+    fail("{} is not a clocklm token shard: {} bytes, shorter than the {}-byte header", p, fsize,
+         kShardHeaderBytes);
+  }
+  void* m = ::mmap(nullptr, fsize, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) fail("cannot map shard {}: {}", p, std::strerror(e));
+  std::shared_ptr<void> mapping(m, [fsize](void* q) { ::munmap(q, fsize); });
+  const char* h = (const char*)m;
+  if (std::memcmp(h, kMagic, 8) != 0) fail("{} is not a clocklm token shard (bad magic)", p);
+  uint32_t version, width, vocab;
+  uint64_t n;
+  std::memcpy(&version, h + 8, 4);
+  std::memcpy(&width, h + 12, 4);
+  std::memcpy(&n, h + 16, 8);
+  std::memcpy(&vocab, h + 24, 4);
+  if (version != kShardVersion)
+    fail("{} has shard format version {}, this clocklm reads version {}", p, version, kShardVersion);
+  if (width != 2 && width != 4) fail("{} has invalid token width {} (expected 2 or 4)", p, width);
+  uint64_t avail = fsize - kShardHeaderBytes;
+  if (avail % width != 0 || avail / width != n) {
+    if (n > avail / width)
+      fail("{} is truncated: header says {} tokens but the file holds only {} bytes of tokens", p, n, avail);
+    fail("{} is padded: header says {} tokens ({} bytes) but the file holds {} bytes of tokens", p, n,
+         n * width, avail);
+  }
+  Shard s;
+  s.path = p;
+  s.width = width;
+  s.n_tokens = n;
+  s.vocab_size = vocab;
+  s.data = h + kShardHeaderBytes;
+  s.mapping = std::move(mapping);
+  return s;
+}
+
+// ---- dataset folder -------------------------------------------------------------------------
+
+const std::vector<std::string>& DatasetInfo::shards(const std::string& split) const {
+  if (split == "train") return train_shards;
+  if (split == "val") return val_shards;
+  fail("unknown split '{}' (expected train or val)", split);
+}
+
+DatasetInfo read_dataset_info(const std::string& dir) {
+  DatasetInfo info;
+  info.dir = dir;
+  std::string mpath = (fs::path(dir) / "manifest.json").string();
+  if (!fs::is_directory(dir)) fail("dataset folder {} does not exist", dir);
+  if (!fs::exists(mpath))
+    fail("{} is not a prepared dataset (no manifest.json); create it with `clocklm prepare --out {}`", dir, dir);
+  try {
+    info.manifest = nlohmann::json::parse(read_file(mpath));
+    const auto& tok = info.manifest.at("tokenizer");
+    info.bos_id = tok.at("bos_id").get<uint32_t>();
+    info.vocab_size = tok.at("vocab_size").get<uint32_t>();
+    info.tokenizer_hash = tok.value("hash", "");
+    for (const char* split : {"train", "val"}) {
+      auto& out = std::string(split) == "train" ? info.train_shards : info.val_shards;
+      for (const auto& sh : info.manifest.at("splits").at(split).at("shards"))
+        out.push_back((fs::path(dir) / sh.at("file").get<std::string>()).string());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} is malformed: {}", mpath, e.what());
+  }
+  for (const auto* list : {&info.train_shards, &info.val_shards})
+    for (const auto& p : *list)
+      if (!fs::exists(p)) fail("dataset {} is incomplete: {} is missing", dir, p);
+  return info;
+}
+
+}  // namespace clm

@@ -1,0 +1,80 @@
+// Bits per byte: the arithmetic and the evaluation loop over a batch source, independent of the
+// model and the data files (eval_bpb for a GPT and a dataset folder is in bpb_gpt.cpp).
+#include "eval/bpb.h"
+
+#include <cmath>
+
+#include "core/common.h"
+
+namespace clm {
+
+const char* const kBpbDefinition =
+    "bpb = sum of target cross-entropy (nats) / (ln 2 * sum of target byte lengths); targets are the "
+    "first val_tokens target positions of the val split in loader order (rows of T+1 tokens, no "
+    "shuffle); special-token targets (BOS) are excluded from both sums; byte lengths from the "
+    "tokenizer's token_bytes";
+
+nlohmann::json BpbResult::to_json() const {
+  return {{"bpb", bpb}, {"nats", nats}, {"tokens", tokens}, {"bytes", bytes}, {"positions", positions},
+          {"val_tokens", val_tokens}, {"seq_len", T}, {"seconds", seconds},
+          {"bytes_per_token", tokens > 0 ? (double)bytes / tokens : 0.0}, {"definition", kBpbDefinition}};
+}
+
+void bpb_accumulate(BpbResult& r, const int32_t* targets, const float* token_loss, int64_t n,
+                    const std::vector<uint32_t>& token_bytes) {
+  double nats = 0;
+  int64_t tokens = 0, bytes = 0, positions = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t t = targets[i];
+    if (t < 0) continue;
+    positions++;
+    if ((size_t)t >= token_bytes.size()) fail("bpb: target id {} outside the tokenizer's {} ids", t, token_bytes.size());
+    uint32_t nb = token_bytes[t];
+    if (nb == 0) continue;  // special token (BOS): not text, excluded from both sums
+    if (!std::isfinite(token_loss[i])) fail("bpb: non-finite loss {} at a target position", token_loss[i]);
+    nats += token_loss[i];
+    tokens++;
+    bytes += nb;
+  }
+  r.nats += nats;
+  r.tokens += tokens;
+  r.bytes += bytes;
+  r.positions += positions;
+}
+
+void bpb_finalize(BpbResult& r) {
+  if (r.bytes <= 0) fail("bpb: no counted target bytes (empty or all-special validation text)");
+  r.bpb = r.nats / (std::log(2.0) * (double)r.bytes);
+}
+
+BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
+                   int64_t val_tokens, int B, int T) {
+  if (val_tokens <= 0) fail("bpb: val_tokens must be positive (got {})", val_tokens);
+  if (B <= 0 || T <= 0) fail("bpb: bad batch shape B={} T={}", B, T);
+  double t0 = now_seconds();
+  BpbResult r;
+  r.val_tokens = val_tokens;
+  r.T = T;
+  std::vector<int32_t> inputs((size_t)B * T), targets((size_t)B * T);
+  std::vector<float> loss((size_t)B * T);
+  int64_t visited = 0;
+  while (visited < val_tokens) {
+    if (!next(inputs.data(), targets.data())) {
+      std::fprintf(stderr, "bpb: warning: the val split ended after %lld of %lld target positions\n",
+                   (long long)visited, (long long)val_tokens);
+      break;
+    }
+    int64_t want = std::min<int64_t>((int64_t)B * T, val_tokens - visited);
+    int rows = (int)((want + T - 1) / T);  // only the rows that hold counted positions are scored
+    for (int64_t i = want; i < (int64_t)rows * T; i++) targets[i] = -1;
+    score(inputs.data(), targets.data(), rows, T, loss.data());
+    bpb_accumulate(r, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
+    visited += want;
+  }
+  // positions counts non-negative targets; the loader never emits negative ones, so it equals visited.
+  bpb_finalize(r);
+  r.seconds = now_seconds() - t0;
+  return r;
+}
+
+}  // namespace clm
