@@ -18,7 +18,6 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/bpb.h"
-#include "eval/core.h"
 #include "exp/profile_report.h"
 #include "exp/profiler.h"
 #include "exp/progress.h"
@@ -97,6 +96,25 @@ double cached_peak_flops(int threads) {
   }
 }
 
+// Validation bits per byte with the eval area's loop (eval/bpb.h, definition in docs/EVAL.md): the
+// val split read by the training loader in file order (no shuffle, no looping), B rows of T per
+// forward, byte lengths from the dataset's tokenizer -- what `clocklm eval bpb` computes.
+BpbResult validation_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T) {
+  LoaderOptions lo;
+  lo.dir = ds.dir;
+  lo.split = "val";
+  lo.B = B;
+  lo.T = T;
+  lo.shuffle = false;
+  lo.loop = false;
+  DataLoader loader(lo);
+  return eval_bpb([&](int32_t* in, int32_t* tg) { return loader.next(in, tg); },
+                  [&](const int32_t* in, const int32_t* tg, int b, int t, float* loss) {
+                    model.forward(in, tg, b, t, loss, nullptr);
+                  },
+                  ds.tokenizer.token_bytes(), val_tokens, B, T);
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -110,6 +128,7 @@ TrainResult train(const TrainOptions& o) {
 
   RunConfig cfg = resolve_config(o, run_dir);
   DatasetInfo info = read_dataset_info(o.data_dir);
+  const Dataset dataset = Dataset::open(o.data_dir);  // the tokenizer, for bpb's byte lengths
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = int(info.vocab_size);
   if (uint32_t(cfg.model.vocab_size) < info.vocab_size)
     fail("model.vocab_size {} is smaller than the dataset tokenizer's {} ids ({})", cfg.model.vocab_size,
@@ -227,7 +246,7 @@ TrainResult train(const TrainOptions& o) {
   auto evaluate = [&](int64_t n_tokens) {
     model.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
     try {
-      return eval_bpb(model, o.data_dir, n_tokens, eval_B, T);
+      return validation_bpb(model, dataset, n_tokens, eval_B, T);
     } catch (const Error& e) {
       if (std::string(e.what()).find("finite") == std::string::npos) throw;
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
@@ -434,13 +453,6 @@ TrainResult train(const TrainOptions& o) {
       {"threads", threads},
       {"wall_seconds", now_seconds() - t_start},
   };
-  if (!o.core_bundle.empty()) {
-    Dataset ds = Dataset::open(o.data_dir);
-    CoreOptions co;
-    co.bundle = o.core_bundle;
-    co.progress = !o.quiet;
-    summary["core"] = eval_core(model, ds.tokenizer, co);
-  }
   write_json_file((fs::path(run_dir) / "summary.json").string(), summary);
   res.finished = true;
   res.val_bpb = final_val.bpb;
