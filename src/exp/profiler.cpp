@@ -7,6 +7,7 @@ namespace clm {
 
 void Profiler::clear() {
   events.clear();
+  steps.clear();
   origin = now_seconds();
 }
 

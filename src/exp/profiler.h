@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace clm {
@@ -15,10 +16,17 @@ struct OpEvent {
   double bytes;        // bytes read + written (minimum traffic computed from shapes)
 };
 
+// Collects OpEvents from ProfScopes opened on one thread (the thread driving the step; ops may use
+// OpenMP inside a scope). Scopes may nest: the analysis charges each op its self time, so nested
+// scopes never count twice. Analysis and output: exp/profile_report.h.
 struct Profiler {
   std::vector<OpEvent> events;
   double origin = 0;
-  void clear();
+  // [start, end] of each profiled step (optional): lets the analysis compare op time with the
+  // measured step time and draws the steps as their own track in trace.json.
+  std::vector<std::pair<double, double>> steps;
+  void clear();                                   // drops events and steps, restarts the origin
+  void mark_step(double start, double end) { steps.emplace_back(start, end); }
 };
 
 struct ProfScope {

@@ -9,8 +9,12 @@
 namespace clm {
 
 std::string git_commit();            // commit of the clocklm source tree ("unknown" if not a checkout)
-nlohmann::json machine_info();       // {cpu_model, cores, threads, memory_gb, gpus: [...], hostname}
-// The run.json object: command line, version, commit, machine, start time (UTC ISO-8601).
+bool git_dirty();                    // tracked files of the source tree modified since that commit
+// {cpu_model, cores, logical_cpus, threads, cpu_features, memory_gb, gpus: [...], hostname, os}
+nlohmann::json machine_info();
+std::string utc_now_iso8601();       // e.g. "2026-11-30T09:15:03Z"
+// The run.json object: command (shell-quoted), argv, version, git_commit, git_dirty, machine,
+// start_time (UTC ISO-8601), cwd. The training loop adds the dataset fields.
 nlohmann::json run_record(const std::vector<std::string>& argv);
 
 }  // namespace clm

@@ -39,19 +39,21 @@ struct OptimGroup {            // hyper-parameters of one parameter group
   bool nesterov = true;        // muon
   int ns_steps = 5;            // muon Newton-Schulz iterations
   float weight_decay = 0.0f;
+  bool ns_bf16 = true;         // muon: Newton-Schulz matmuls in bf16 (fp32 accumulate); false = fp32
 };
 
+// Defaults are those of baseline-50m (d_model 512); presets rescale the AdamW learning rates.
 struct OptimConfig {
-  OptimGroup matrix;   // 2-D hidden matrices (Muon by default)
-  OptimGroup embed;    // token embedding
-  OptimGroup head;     // output head (lm_head)
-  OptimGroup scalar;   // norm gains, scalars
+  OptimGroup matrix{.kind = "muon", .lr = 0.02f};                      // 2-D hidden matrices
+  OptimGroup embed{.kind = "adamw", .lr = 0.245f, .beta1 = 0.8f, .eps = 1e-10f};     // token embedding
+  OptimGroup head{.kind = "adamw", .lr = 0.0049f, .beta1 = 0.8f, .eps = 1e-10f};    // output head
+  OptimGroup scalar{.kind = "adamw", .lr = 0.02f, .beta1 = 0.8f, .eps = 1e-10f};   // gains, scalars
   float grad_clip = 1.0f;  // 0 = off
 };
 
 struct TrainConfig {
-  int64_t batch_tokens = 65536;  // total tokens per optimizer step (grad accumulation to reach it)
-  int micro_batch = 8;           // rows per forward/backward
+  int64_t batch_tokens = 8192;   // total tokens per optimizer step (grad accumulation to reach it)
+  int micro_batch = 4;           // rows per forward/backward
   double budget_seconds = 600;   // device-time budget
   float warmup_frac = 0.0f;      // of the budget
   float warmdown_frac = 0.4f;    // linear decay to final_lr_frac over the last fraction
@@ -63,6 +65,13 @@ struct TrainConfig {
   int log_every = 1;             // steps between metrics.jsonl rows
   uint64_t seed = 1337;
   int threads = 0;               // 0 = default_threads()
+  // Added by the training loop (see docs/CONFIG.md):
+  float muon_momentum_start = 0.85f;  // Muon momentum at the start of its warmup
+  std::string wd_schedule = "linear"; // constant | linear (to 0 at the end) | lr (follows the lr scale)
+  int64_t max_steps = 0;         // > 0: deterministic mode, schedules over steps, stop at max_steps
+  int64_t periodic_val_tokens = 131072;  // tokens of each periodic val bpb (the final uses val_tokens)
+  int eval_batch = 0;            // rows per eval forward (0 = micro_batch)
+  int keep_checkpoints = 1;      // newest checkpoints kept in RUN/checkpoints
 };
 
 struct RunConfig {
@@ -79,5 +88,16 @@ void validate(const RunConfig& cfg);  // throws Error with a one-line message
 nlohmann::json to_json(const RunConfig& cfg);
 RunConfig run_config_from_json(const nlohmann::json& j);  // strict: unknown keys throw
 std::vector<std::string> preset_names();
+// Stable fingerprint of what determines the training math (model, optim, batch, seed, schedule
+// shape); excludes run-length and bookkeeping keys (budget, max_steps, eval/checkpoint cadence,
+// log_every, threads, name) so a resumed run may extend its budget. Stored in checkpoints.
+uint64_t config_hash(const RunConfig& cfg);
+
+// Parameter counts computed analytically from the shape (no allocation).
+struct ParamCount {
+  int64_t embed = 0, head = 0, matrix = 0, scalar = 0;
+  int64_t total() const { return embed + head + matrix + scalar; }
+};
+ParamCount count_params(const ModelConfig& m);
 
 }  // namespace clm

@@ -1,0 +1,461 @@
+// Run configuration: presets, strict JSON (de)serialisation, `--set key=value` overrides and
+// validation. Every key is reached through one table of fields (fields_of), so parsing, printing,
+// overrides and the unknown-key check can never disagree. Keys are documented in docs/CONFIG.md.
+#include "model/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <variant>
+
+#include "core/common.h"
+
+namespace clm {
+
+namespace {
+
+// One configurable value: its dotted key ("model.n_layer", "optim.matrix.lr") and where it lives.
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, float*, double*, bool*, std::string*>;
+struct Field {
+  std::string key;
+  FieldPtr ptr;
+};
+
+void add_group(std::vector<Field>& f, const std::string& prefix, OptimGroup& g) {
+  f.push_back({prefix + ".kind", &g.kind});
+  f.push_back({prefix + ".lr", &g.lr});
+  f.push_back({prefix + ".beta1", &g.beta1});
+  f.push_back({prefix + ".beta2", &g.beta2});
+  f.push_back({prefix + ".eps", &g.eps});
+  f.push_back({prefix + ".momentum", &g.momentum});
+  f.push_back({prefix + ".nesterov", &g.nesterov});
+  f.push_back({prefix + ".ns_steps", &g.ns_steps});
+  f.push_back({prefix + ".ns_bf16", &g.ns_bf16});
+  f.push_back({prefix + ".weight_decay", &g.weight_decay});
+}
+
+std::vector<Field> fields_of(RunConfig& c) {
+  std::vector<Field> f;
+  f.push_back({"name", &c.name});
+  ModelConfig& m = c.model;
+  f.push_back({"model.n_layer", &m.n_layer});
+  f.push_back({"model.d_model", &m.d_model});
+  f.push_back({"model.n_head", &m.n_head});
+  f.push_back({"model.n_kv_head", &m.n_kv_head});
+  f.push_back({"model.head_dim", &m.head_dim});
+  f.push_back({"model.mlp_ratio", &m.mlp_ratio});
+  f.push_back({"model.activation", &m.activation});
+  f.push_back({"model.norm_eps", &m.norm_eps});
+  f.push_back({"model.norm_gain", &m.norm_gain});
+  f.push_back({"model.rope_base", &m.rope_base});
+  f.push_back({"model.qk_norm", &m.qk_norm});
+  f.push_back({"model.tie_embeddings", &m.tie_embeddings});
+  f.push_back({"model.logit_softcap", &m.logit_softcap});
+  f.push_back({"model.vocab_size", &m.vocab_size});
+  f.push_back({"model.seq_len", &m.seq_len});
+  f.push_back({"model.init_std", &m.init_std});
+  f.push_back({"model.zero_init_out", &m.zero_init_out});
+  OptimConfig& o = c.optim;
+  add_group(f, "optim.matrix", o.matrix);
+  add_group(f, "optim.embed", o.embed);
+  add_group(f, "optim.head", o.head);
+  add_group(f, "optim.scalar", o.scalar);
+  f.push_back({"optim.grad_clip", &o.grad_clip});
+  TrainConfig& t = c.train;
+  f.push_back({"train.batch_tokens", &t.batch_tokens});
+  f.push_back({"train.micro_batch", &t.micro_batch});
+  f.push_back({"train.budget_seconds", &t.budget_seconds});
+  f.push_back({"train.max_steps", &t.max_steps});
+  f.push_back({"train.warmup_frac", &t.warmup_frac});
+  f.push_back({"train.warmdown_frac", &t.warmdown_frac});
+  f.push_back({"train.final_lr_frac", &t.final_lr_frac});
+  f.push_back({"train.muon_momentum_start", &t.muon_momentum_start});
+  f.push_back({"train.muon_momentum_warmup_frac", &t.muon_momentum_warmup_frac});
+  f.push_back({"train.wd_schedule", &t.wd_schedule});
+  f.push_back({"train.eval_every_seconds", &t.eval_every_seconds});
+  f.push_back({"train.val_tokens", &t.val_tokens});
+  f.push_back({"train.periodic_val_tokens", &t.periodic_val_tokens});
+  f.push_back({"train.eval_batch", &t.eval_batch});
+  f.push_back({"train.checkpoint_every_seconds", &t.checkpoint_every_seconds});
+  f.push_back({"train.keep_checkpoints", &t.keep_checkpoints});
+  f.push_back({"train.log_every", &t.log_every});
+  f.push_back({"train.seed", &t.seed});
+  f.push_back({"train.threads", &t.threads});
+  return f;
+}
+
+const char* type_name(const FieldPtr& p) {
+  switch (p.index()) {
+    case 0: case 1: return "an integer";
+    case 2: return "a non-negative integer";
+    case 3: case 4: return "a number";
+    case 5: return "true or false";
+    default: return "a string";
+  }
+}
+
+// Assign a JSON value to a field, checking its type strictly (no silent bool->int, string->int).
+void set_from_json(const Field& f, const nlohmann::json& v) {
+  auto bad = [&] { fail("config key '{}' must be {}, got {}", f.key, type_name(f.ptr), v.dump()); };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) bad();
+          *p = v.get<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) bad();
+          *p = v.get<std::string>();
+        } else if constexpr (std::is_floating_point_v<T>) {
+          if (!v.is_number()) bad();
+          *p = T(v.get<double>());
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) bad();
+          *p = v.get<uint64_t>();
+        } else {
+          if (!v.is_number_integer()) {
+            // Accept 3.0 for an integer, but not 3.5.
+            if (!v.is_number_float() || std::floor(v.get<double>()) != v.get<double>()) bad();
+          }
+          double d = v.get<double>();
+          if (d < double(std::numeric_limits<T>::min()) || d > double(std::numeric_limits<T>::max())) bad();
+          *p = T(v.is_number_integer() ? v.get<int64_t>() : int64_t(d));
+        }
+      },
+      f.ptr);
+}
+
+// Parse the text of `--set key=value` for the field's type.
+void set_from_text(const Field& f, const std::string& text) {
+  auto bad = [&] { fail("--set {}={}: value must be {}", f.key, text, type_name(f.ptr)); };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1") *p = true;
+          else if (text == "false" || text == "0") *p = false;
+          else bad();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          *p = text;
+        } else if constexpr (std::is_floating_point_v<T>) {
+          char* end = nullptr;
+          errno = 0;
+          double d = std::strtod(text.c_str(), &end);
+          if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(d)) bad();
+          *p = T(d);
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          char* end = nullptr;
+          errno = 0;
+          if (text.empty() || text[0] == '-') bad();
+          unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+          if (end != text.c_str() + text.size() || errno == ERANGE) bad();
+          *p = uint64_t(v);
+        } else {
+          char* end = nullptr;
+          errno = 0;
+          long long v = std::strtoll(text.c_str(), &end, 10);
+          if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE) bad();
+          if (v < (long long)std::numeric_limits<T>::min() || v > (long long)std::numeric_limits<T>::max()) bad();
+          *p = T(v);
+        }
+      },
+      f.ptr);
+}
+
+nlohmann::json get_json(const Field& f) {
+  return std::visit(
+      [](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        // A float prints as its shortest decimal (0.02, not 0.019999999552965164); it parses back to
+        // the same float bits.
+        if constexpr (std::is_same_v<T, float>) return nlohmann::json(std::stod(fmt::format("{}", *p)));
+        else return nlohmann::json(*p);
+      },
+      f.ptr);
+}
+
+// Flatten nested objects to dotted keys ("model": {"n_layer": 8} -> "model.n_layer").
+void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, nlohmann::json>>& out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) flatten(*it, key, out);
+    else out.emplace_back(key, *it);
+  }
+}
+
+// ---- presets -------------------------------------------------------------------------------
+
+// AdamW learning rates for embeddings and head shrink with width as 1/sqrt(d_model) (reference width
+// 768, as in nanochat); Muon's lr is width-independent thanks to its rows/cols scaling.
+void scale_adamw_lrs(RunConfig& c) {
+  double s = std::sqrt(768.0 / c.model.d_model);
+  c.optim.embed.lr = float(0.2 * s);
+  c.optim.head.lr = float(0.004 * s);
+}
+
+RunConfig preset_baseline_50m() {
+  RunConfig c;
+  c.name = "baseline-50m";
+  c.model.n_layer = 8;
+  c.model.d_model = 512;
+  c.model.n_head = 8;
+  c.model.n_kv_head = 8;
+  c.model.head_dim = 64;
+  c.model.mlp_ratio = 4.0f;
+  c.model.activation = "relu2";
+  c.model.tie_embeddings = false;
+  c.model.vocab_size = 32768;
+  c.model.seq_len = 1024;
+  scale_adamw_lrs(c);
+  c.train.batch_tokens = 8192;
+  c.train.micro_batch = 4;
+  return c;
+}
+
+// d<N>: the one-knob family. width = 64*N, n_layer = N. head_dim = 128 once the width reaches 1024
+// and divides by 128 (N >= 16, N even), else 64; n_head = n_kv_head = width / head_dim. The batch grows
+// with depth (1024*N tokens rounded up to whole micro-batches of 4 x 1024), AdamW lrs as 1/sqrt(width).
+RunConfig preset_d(int N) {
+  RunConfig c;
+  c.name = fmt::format("d{}", N);
+  int width = 64 * N;
+  c.model.n_layer = N;
+  c.model.d_model = width;
+  c.model.head_dim = (width >= 1024 && width % 128 == 0) ? 128 : 64;
+  c.model.n_head = width / c.model.head_dim;
+  c.model.n_kv_head = c.model.n_head;
+  c.model.mlp_ratio = 4.0f;
+  c.model.activation = "relu2";
+  c.model.vocab_size = 0;  // from the dataset's tokenizer
+  c.model.seq_len = 1024;
+  c.train.micro_batch = N >= 16 ? 2 : 4;
+  int64_t micro_tokens = int64_t(c.train.micro_batch) * c.model.seq_len;
+  int64_t want = 1024LL * N;
+  c.train.batch_tokens = (want + micro_tokens - 1) / micro_tokens * micro_tokens;
+  scale_adamw_lrs(c);
+  return c;
+}
+
+RunConfig preset_byte_11m() {
+  RunConfig c;
+  c.name = "byte-11m";
+  c.model.n_layer = 6;
+  c.model.d_model = 384;
+  c.model.n_head = 6;
+  c.model.n_kv_head = 6;
+  c.model.head_dim = 64;
+  c.model.vocab_size = 256;
+  c.model.seq_len = 1024;
+  c.train.batch_tokens = 16384;
+  c.train.micro_batch = 8;
+  scale_adamw_lrs(c);
+  return c;
+}
+
+bool find_preset(const std::string& name, RunConfig& out) {
+  if (name == "baseline-50m") { out = preset_baseline_50m(); return true; }
+  if (name == "byte-11m") { out = preset_byte_11m(); return true; }
+  if (name.size() >= 2 && name[0] == 'd') {
+    char* end = nullptr;
+    long n = std::strtol(name.c_str() + 1, &end, 10);
+    if (end == name.c_str() + name.size() && n >= 4 && n <= 20 && std::to_string(n) == name.substr(1)) {
+      out = preset_d(int(n));
+      return true;
+    }
+  }
+  return false;
+}
+
+void apply_json(RunConfig& c, const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail("{}: a config must be a JSON object", where);
+  std::vector<std::pair<std::string, nlohmann::json>> flat;
+  flatten(j, "", flat);
+  auto fields = fields_of(c);
+  for (auto& [key, value] : flat) {
+    if (key == "base") continue;
+    const Field* f = nullptr;
+    for (auto& fd : fields)
+      if (fd.key == key) { f = &fd; break; }
+    if (!f) fail("{}: unknown config key '{}'", where, key);
+    set_from_json(*f, value);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> v = {"baseline-50m", "byte-11m"};
+  for (int n = 4; n <= 20; ++n) v.push_back(fmt::format("d{}", n));
+  return v;
+}
+
+nlohmann::json to_json(const RunConfig& cfg) {
+  RunConfig c = cfg;
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& f : fields_of(c)) {
+    std::string ptr = "/" + f.key;
+    for (auto& ch : ptr)
+      if (ch == '.') ch = '/';
+    j[nlohmann::json::json_pointer(ptr)] = get_json(f);
+  }
+  return j;
+}
+
+RunConfig run_config_from_json(const nlohmann::json& j) {
+  RunConfig c;
+  if (j.is_object() && j.contains("base")) {
+    if (!j["base"].is_string() || !find_preset(j["base"].get<std::string>(), c))
+      fail("config: 'base' must name a preset ({})", fmt::join(preset_names(), ", "));
+  }
+  apply_json(c, j, "config");
+  return c;
+}
+
+RunConfig load_config(const std::string& name_or_path, const std::vector<std::string>& overrides) {
+  RunConfig c;
+  if (!find_preset(name_or_path, c)) {
+    if (!path_exists(name_or_path))
+      fail("config '{}' is neither a preset ({}) nor an existing file", name_or_path,
+           fmt::join(preset_names(), ", "));
+    std::string text = read_file(name_or_path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: malformed JSON: {}", name_or_path, e.what());
+    }
+    c = RunConfig{};
+    if (j.is_object() && j.contains("base")) {
+      if (!j["base"].is_string() || !find_preset(j["base"].get<std::string>(), c))
+        fail("{}: 'base' must name a preset ({})", name_or_path, fmt::join(preset_names(), ", "));
+    }
+    c.name = std::filesystem::path(name_or_path).stem().string();
+    apply_json(c, j, name_or_path);
+  }
+  auto fields = fields_of(c);
+  for (const std::string& ov : overrides) {
+    auto eq = ov.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--set '{}': expected key=value", ov);
+    std::string key = ov.substr(0, eq), value = ov.substr(eq + 1);
+    std::vector<const Field*> hits;
+    for (auto& f : fields) {
+      if (f.key == key) { hits = {&f}; break; }
+      // A bare or partial key matches a field whose dotted key ends with ".<key>".
+      if (f.key.size() > key.size() && f.key.compare(f.key.size() - key.size(), key.size(), key) == 0 &&
+          f.key[f.key.size() - key.size() - 1] == '.')
+        hits.push_back(&f);
+    }
+    if (hits.empty()) fail("--set: unknown config key '{}'", key);
+    if (hits.size() > 1) {
+      std::vector<std::string> names;
+      for (auto* h : hits) names.push_back(h->key);
+      fail("--set: key '{}' is ambiguous ({})", key, fmt::join(names, ", "));
+    }
+    set_from_text(*hits[0], value);
+  }
+  validate(c);
+  return c;
+}
+
+void validate(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  if (m.n_layer <= 0) fail("model.n_layer must be >= 1, got {}", m.n_layer);
+  if (m.d_model <= 0) fail("model.d_model must be >= 1, got {}", m.d_model);
+  if (m.n_head <= 0) fail("model.n_head must be >= 1, got {}", m.n_head);
+  if (m.n_kv_head <= 0) fail("model.n_kv_head must be >= 1, got {}", m.n_kv_head);
+  if (m.d_model % m.n_head != 0)
+    fail("model.d_model ({}) is not divisible by model.n_head ({})", m.d_model, m.n_head);
+  if (m.n_head % m.n_kv_head != 0)
+    fail("model.n_head ({}) is not divisible by model.n_kv_head ({})", m.n_head, m.n_kv_head);
+  if (m.head_dim <= 0 || m.head_dim % 2 != 0)
+    fail("model.head_dim must be a positive even number (RoPE rotates pairs), got {}", m.head_dim);
+  if (!(m.mlp_ratio > 0) || m.mlp_ratio > 64) fail("model.mlp_ratio must be in (0, 64], got {}", m.mlp_ratio);
+  if (m.activation != "relu2" && m.activation != "gelu" && m.activation != "swiglu")
+    fail("model.activation '{}' is unknown (relu2, gelu, swiglu)", m.activation);
+  if (!(m.norm_eps > 0)) fail("model.norm_eps must be > 0, got {}", m.norm_eps);
+  if (!(m.rope_base > 0)) fail("model.rope_base must be > 0, got {}", m.rope_base);
+  if (!(m.logit_softcap >= 0)) fail("model.logit_softcap must be >= 0 (0 = off), got {}", m.logit_softcap);
+  if (m.vocab_size < 0) fail("model.vocab_size must be >= 0 (0 = from the tokenizer), got {}", m.vocab_size);
+  if (m.seq_len <= 0) fail("model.seq_len must be >= 1, got {}", m.seq_len);
+  if (!(m.init_std >= 0)) fail("model.init_std must be >= 0, got {}", m.init_std);
+
+  auto check_group = [](const char* name, const OptimGroup& g) {
+    if (g.kind != "adamw" && g.kind != "muon") fail("optim.{}.kind '{}' is unknown (adamw, muon)", name, g.kind);
+    if (!(g.lr >= 0) || !std::isfinite(g.lr)) fail("optim.{}.lr must be >= 0, got {}", name, g.lr);
+    if (!(g.beta1 >= 0 && g.beta1 < 1)) fail("optim.{}.beta1 must be in [0, 1), got {}", name, g.beta1);
+    if (!(g.beta2 >= 0 && g.beta2 < 1)) fail("optim.{}.beta2 must be in [0, 1), got {}", name, g.beta2);
+    if (!(g.eps > 0)) fail("optim.{}.eps must be > 0, got {}", name, g.eps);
+    if (!(g.momentum >= 0 && g.momentum < 1)) fail("optim.{}.momentum must be in [0, 1), got {}", name, g.momentum);
+    if (g.ns_steps < 1 || g.ns_steps > 20) fail("optim.{}.ns_steps must be in [1, 20], got {}", name, g.ns_steps);
+    if (!(g.weight_decay >= 0)) fail("optim.{}.weight_decay must be >= 0, got {}", name, g.weight_decay);
+  };
+  check_group("matrix", c.optim.matrix);
+  check_group("embed", c.optim.embed);
+  check_group("head", c.optim.head);
+  check_group("scalar", c.optim.scalar);
+  if (c.optim.scalar.kind == "muon") fail("optim.scalar.kind must be adamw (Muon needs 2-D matrices)");
+  if (!(c.optim.grad_clip >= 0)) fail("optim.grad_clip must be >= 0 (0 = off), got {}", c.optim.grad_clip);
+
+  const TrainConfig& t = c.train;
+  if (t.micro_batch <= 0) fail("train.micro_batch must be >= 1, got {}", t.micro_batch);
+  if (t.batch_tokens <= 0) fail("train.batch_tokens must be >= 1, got {}", t.batch_tokens);
+  int64_t micro_tokens = int64_t(t.micro_batch) * m.seq_len;
+  if (t.batch_tokens % micro_tokens != 0)
+    fail("train.batch_tokens ({}) must be a multiple of train.micro_batch * model.seq_len ({})", t.batch_tokens,
+         micro_tokens);
+  if (!(t.budget_seconds >= 0) || !std::isfinite(t.budget_seconds))
+    fail("train.budget_seconds must be >= 0, got {}", t.budget_seconds);
+  if (t.max_steps < 0) fail("train.max_steps must be >= 0 (0 = stop on the budget), got {}", t.max_steps);
+  if (t.budget_seconds == 0 && t.max_steps == 0) fail("train.budget_seconds is 0 and train.max_steps is 0: nothing to train");
+  auto frac = [](const char* name, float v) {
+    if (!(v >= 0 && v <= 1)) fail("train.{} must be in [0, 1], got {}", name, v);
+  };
+  frac("warmup_frac", t.warmup_frac);
+  frac("warmdown_frac", t.warmdown_frac);
+  frac("final_lr_frac", t.final_lr_frac);
+  frac("muon_momentum_warmup_frac", t.muon_momentum_warmup_frac);
+  if (!(t.muon_momentum_start >= 0 && t.muon_momentum_start < 1))
+    fail("train.muon_momentum_start must be in [0, 1), got {}", t.muon_momentum_start);
+  if (t.warmup_frac + t.warmdown_frac > 1.0f + 1e-6f)
+    fail("train.warmup_frac + train.warmdown_frac must be <= 1, got {} + {}", t.warmup_frac, t.warmdown_frac);
+  if (t.wd_schedule != "constant" && t.wd_schedule != "linear" && t.wd_schedule != "lr")
+    fail("train.wd_schedule '{}' is unknown (constant, linear, lr)", t.wd_schedule);
+  if (!(t.eval_every_seconds >= 0)) fail("train.eval_every_seconds must be >= 0, got {}", t.eval_every_seconds);
+  if (t.val_tokens < 0) fail("train.val_tokens must be >= 0, got {}", t.val_tokens);
+  if (t.periodic_val_tokens < 0) fail("train.periodic_val_tokens must be >= 0, got {}", t.periodic_val_tokens);
+  if (t.eval_batch < 0) fail("train.eval_batch must be >= 0, got {}", t.eval_batch);
+  if (!(t.checkpoint_every_seconds >= 0))
+    fail("train.checkpoint_every_seconds must be >= 0, got {}", t.checkpoint_every_seconds);
+  if (t.keep_checkpoints < 1) fail("train.keep_checkpoints must be >= 1, got {}", t.keep_checkpoints);
+  if (t.log_every < 1) fail("train.log_every must be >= 1, got {}", t.log_every);
+  if (t.threads < 0) fail("train.threads must be >= 0 (0 = all cores), got {}", t.threads);
+  if (c.name.empty()) fail("config name must not be empty");
+}
+
+uint64_t config_hash(const RunConfig& cfg) {
+  nlohmann::json j = to_json(cfg);
+  j.erase("name");
+  for (const char* k : {"budget_seconds", "max_steps", "eval_every_seconds", "val_tokens", "periodic_val_tokens",
+                        "eval_batch", "checkpoint_every_seconds", "keep_checkpoints", "log_every", "threads"})
+    j["train"].erase(k);
+  std::string s = j.dump();  // nlohmann::json objects are sorted by key: a canonical text
+  return fnv1a64(s.data(), s.size());
+}
+
+ParamCount count_params(const ModelConfig& m) {
+  ParamCount p;
+  int64_t V = m.padded_vocab(), D = m.d_model, H = m.n_head, KV = m.n_kv_head, hd = m.head_dim;
+  // Hidden width rule of ModelConfig::mlp_hidden(): mlp_ratio * d_model rounded to a multiple of 64.
+  int64_t hidden = std::max<int64_t>(64, (int64_t(std::llround(double(m.mlp_ratio) * D)) + 63) / 64 * 64);
+  p.embed = V * D;
+  p.head = m.tie_embeddings ? 0 : V * D;
+  int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo
+  int64_t mlp = (m.activation == "swiglu" ? 3 : 2) * D * hidden;
+  p.matrix = int64_t(m.n_layer) * (attn + mlp);
+  if (m.norm_gain) p.scalar = int64_t(m.n_layer) * 2 * D + D;  // two norms per block + the final norm
+  return p;
+}
+
+}  // namespace clm

@@ -1,0 +1,23 @@
+// Element-wise optimizer kernels shared by the optimizer and its tests: a thread-count-independent
+// sum of squares (for the global grad norm), the AdamW update and Muon's momentum/apply steps.
+#pragma once
+#include <cstdint>
+
+namespace clm {
+
+// Sum of x[i]^2 in double, over fixed 16K-element chunks added in order: the same bits whatever the
+// number of threads, so grad clipping cannot break run-to-run determinism.
+double sum_squares(const float* x, int64_t n);
+
+// One AdamW step on n elements (PyTorch semantics, decoupled weight decay):
+//   g = grad*gscale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   p *= 1 - lr*wd;  p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr, float beta1,
+                  float beta2, float eps, float wd, int64_t t);
+
+// Muon momentum: buf = mu*buf + g*gscale; u = nesterov ? g*gscale + mu*buf : buf.
+void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov);
+// p = p*(1 - lr*wd) - lr*scale*o.
+void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd);
+
+}  // namespace clm

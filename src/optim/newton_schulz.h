@@ -1,0 +1,28 @@
+// Newton-Schulz orthogonalisation for Muon: maps a matrix G = U S V^T to approximately U V^T with
+// the quintic iteration X <- a X + (b A + c A^2) X, A = X X^T, coefficients (3.4445, -4.7750, 2.0315),
+// after normalising X by its Frobenius norm. Works on the short side (A is min(r,c)^2) and runs its
+// matmuls through oneDNN, in bf16 with fp32 accumulation by default.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+namespace clm {
+
+struct NewtonSchulzImpl;
+struct NewtonSchulz {
+  NewtonSchulz();
+  ~NewtonSchulz();
+  NewtonSchulz(NewtonSchulz&&) noexcept;
+  NewtonSchulz& operator=(NewtonSchulz&&) noexcept;
+  // out (rows x cols, row-major) = orthogonalised G. `out` may alias `G`. bf16: matmul inputs rounded
+  // to bf16 (the iteration's fp32 state is kept); false: fp32 throughout.
+  void run(const float* G, float* out, int64_t rows, int64_t cols, int steps, bool bf16);
+  // FLOPs of one run (for the profiler): per step 2ab^... see newton_schulz.cpp.
+  static double flops(int64_t rows, int64_t cols, int steps);
+  std::unique_ptr<NewtonSchulzImpl> impl;
+};
+
+// Coefficients of the quintic iteration (Jordan et al., Muon).
+constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
+
+}  // namespace clm

@@ -1,0 +1,252 @@
+// The optimizer: routes each parameter to its group by ParamKind (Matrix -> optim.matrix, Embedding ->
+// optim.embed, Head -> optim.head, Scalar -> optim.scalar), clips by the global gradient norm, then
+// runs AdamW or Muon per group. State (moments, Muon momentum) lives in one allocation; save/load
+// write it with the parameter names and sizes so a mismatched checkpoint is refused.
+#include "optim/optim.h"
+
+#include <cmath>
+#include <cstring>
+#include <istream>
+#include <ostream>
+
+#include "core/common.h"
+#include "exp/profiler.h"
+#include "optim/kernels.h"
+#include "optim/newton_schulz.h"
+
+namespace clm {
+
+namespace {
+
+const char* const kGroupNames[4] = {"matrix", "embed", "head", "scalar"};
+
+int group_index(ParamKind k) {
+  switch (k) {
+    case ParamKind::Matrix: return 0;
+    case ParamKind::Embedding: return 1;
+    case ParamKind::Head: return 2;
+    default: return 3;
+  }
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+constexpr char kStateMagic[8] = {'C', 'L', 'M', 'O', 'P', 'T', '1', '\0'};
+
+}  // namespace
+
+struct OptState {
+  Param* p;
+  int group;          // index into groups
+  bool muon;
+  int64_t n, rows, cols;
+  float* m = nullptr;  // AdamW first moment / Muon momentum buffer
+  float* v = nullptr;  // AdamW second moment
+};
+
+struct OptimizerImpl {
+  OptimConfig cfg;
+  const OptimGroup* groups[4];
+  std::vector<OptState> states;
+  std::vector<float> storage;      // all moments, one allocation
+  std::vector<float> scratch_u, scratch_o;  // Muon: momentum-mixed update, its orthogonalisation
+  int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
+  NewtonSchulz ns;
+  Profiler* prof = nullptr;
+};
+
+Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(std::make_unique<OptimizerImpl>()) {
+  OptimizerImpl& s = *impl;
+  s.cfg = cfg;
+  s.groups[0] = &s.cfg.matrix;
+  s.groups[1] = &s.cfg.embed;
+  s.groups[2] = &s.cfg.head;
+  s.groups[3] = &s.cfg.scalar;
+  int64_t total = 0, max_muon = 0;
+  for (Param& p : params) {
+    OptState st;
+    st.p = &p;
+    st.group = group_index(p.kind);
+    const OptimGroup& g = *s.groups[st.group];
+    if (g.kind != "adamw" && g.kind != "muon")
+      fail("optim.{}.kind '{}' is unknown (adamw, muon)", kGroupNames[st.group], g.kind);
+    st.muon = g.kind == "muon";
+    st.n = numel_of(p.shape);
+    if (st.muon) {
+      if (p.shape.size() < 2)
+        fail("parameter '{}' is {}-D but optim.{}.kind is muon (Muon needs a matrix)", p.name, p.shape.size(),
+             kGroupNames[st.group]);
+      st.rows = p.shape[0];
+      st.cols = st.n / st.rows;  // trailing dimensions flattened
+      max_muon = std::max(max_muon, st.n);
+      total += st.n;
+    } else {
+      st.rows = 1;
+      st.cols = st.n;
+      total += 2 * st.n;
+    }
+    s.states.push_back(st);
+  }
+  s.storage.assign(size_t(total), 0.0f);
+  float* cur = s.storage.data();
+  for (OptState& st : s.states) {
+    st.m = cur;
+    cur += st.n;
+    if (!st.muon) {
+      st.v = cur;
+      cur += st.n;
+    }
+  }
+  s.scratch_u.resize(size_t(max_muon));
+  s.scratch_o.resize(size_t(max_muon));
+}
+
+Optimizer::~Optimizer() = default;
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
+
+void Optimizer::set_profiler(Profiler* p) { impl->prof = p; }
+
+std::string Optimizer::group_of(const std::string& param_name) const {
+  for (const OptState& st : impl->states)
+    if (st.p->name == param_name) return kGroupNames[st.group];
+  fail("optimizer: no parameter named '{}'", param_name);
+}
+
+float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_override) {
+  OptimizerImpl& s = *impl;
+  // Global gradient norm over every parameter, then the clip factor applied while reading grads.
+  double ss = 0;
+  {
+    int64_t n = 0;
+    for (const OptState& st : s.states) n += st.n;
+    ProfScope ps(s.prof, "optim.grad_norm", "optim", 2.0 * double(n), 4.0 * double(n));
+    for (const OptState& st : s.states) ss += sum_squares(st.p->grad, st.n);
+  }
+  const float norm = float(std::sqrt(ss));
+  float gscale = 1.0f;
+  if (s.cfg.grad_clip > 0 && norm > s.cfg.grad_clip) gscale = s.cfg.grad_clip / (norm + 1e-6f);
+  if (!std::isfinite(norm)) gscale = 1.0f;  // the caller checks the returned norm; nothing to clip
+
+  bool has[4] = {false, false, false, false};
+  for (const OptState& st : s.states) has[st.group] = true;
+  for (int gi = 0; gi < 4; ++gi)
+    if (has[gi]) ++s.t[gi];
+
+  static const char* const kAdamNames[4] = {"adamw.matrix", "adamw.embed", "adamw.head", "adamw.scalar"};
+  for (int gi = 0; gi < 4; ++gi) {
+    if (!has[gi]) continue;
+    const OptimGroup& g = *s.groups[gi];
+    const float lr = g.lr * lr_scale, wd = g.weight_decay * wd_scale;
+    if (g.kind == "adamw") {
+      int64_t n = 0;
+      for (const OptState& st : s.states)
+        if (st.group == gi) n += st.n;
+      ProfScope ps(s.prof, kAdamNames[gi], "optim", 12.0 * double(n), 4.0 * 7.0 * double(n));
+      for (const OptState& st : s.states)
+        if (st.group == gi) adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
+                                         g.eps, wd, s.t[gi]);
+    } else {
+      const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
+      for (const OptState& st : s.states) {
+        if (st.group != gi) continue;
+        {
+          ProfScope ps(s.prof, "muon.momentum", "optim", 4.0 * double(st.n), 4.0 * 4.0 * double(st.n));
+          muon_momentum(st.p->grad, st.m, s.scratch_u.data(), st.n, gscale, mu, g.nesterov);
+        }
+        {
+          int64_t a = std::min(st.rows, st.cols), b = std::max(st.rows, st.cols);
+          double bytes = (g.ns_bf16 ? 2.0 : 4.0) * g.ns_steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * st.n;
+          ProfScope ps(s.prof, "muon.newton_schulz", "optim", NewtonSchulz::flops(st.rows, st.cols, g.ns_steps),
+                       bytes);
+          s.ns.run(s.scratch_u.data(), s.scratch_o.data(), st.rows, st.cols, g.ns_steps, g.ns_bf16);
+        }
+        {
+          ProfScope ps(s.prof, "muon.apply", "optim", 3.0 * double(st.n), 4.0 * 3.0 * double(st.n));
+          // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
+          // the per-element update RMS comparable for tall matrices.
+          const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
+          muon_apply(st.p->data, s.scratch_o.data(), st.n, lr, scale, wd);
+        }
+      }
+    }
+  }
+  return norm;
+}
+
+// State layout: magic[8], u32 n_params, u64 t[4], then per parameter: u32 name length, name bytes,
+// u8 muon, u64 numel, then numel floats (m) and, for AdamW, numel floats (v).
+void Optimizer::save(std::ostream& out) const {
+  const OptimizerImpl& s = *impl;
+  out.write(kStateMagic, 8);
+  uint32_t np = uint32_t(s.states.size());
+  out.write(reinterpret_cast<const char*>(&np), 4);
+  out.write(reinterpret_cast<const char*>(s.t), sizeof(s.t));
+  for (const OptState& st : s.states) {
+    uint32_t len = uint32_t(st.p->name.size());
+    out.write(reinterpret_cast<const char*>(&len), 4);
+    out.write(st.p->name.data(), len);
+    uint8_t muon = st.muon ? 1 : 0;
+    out.write(reinterpret_cast<const char*>(&muon), 1);
+    uint64_t n = uint64_t(st.n);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(reinterpret_cast<const char*>(st.m), std::streamsize(sizeof(float) * st.n));
+    if (!st.muon) out.write(reinterpret_cast<const char*>(st.v), std::streamsize(sizeof(float) * st.n));
+  }
+  if (!out) fail("optimizer: failed to write state");
+}
+
+void Optimizer::load(std::istream& in) {
+  OptimizerImpl& s = *impl;
+  auto read = [&](void* dst, size_t n, const char* what) {
+    in.read(static_cast<char*>(dst), std::streamsize(n));
+    if (!in || size_t(in.gcount()) != n) fail("optimizer state truncated (reading {})", what);
+  };
+  char magic[8];
+  read(magic, 8, "magic");
+  if (std::memcmp(magic, kStateMagic, 8) != 0) fail("optimizer state has a bad magic (not a clocklm optimizer state)");
+  uint32_t np;
+  read(&np, 4, "parameter count");
+  if (np != s.states.size())
+    fail("optimizer state is for {} parameters, the model has {}", np, s.states.size());
+  int64_t t[4];
+  read(t, sizeof(t), "step counts");
+  // Read everything into a copy first so a failed load leaves the optimizer untouched.
+  std::vector<float> storage(s.storage.size());
+  for (const OptState& st : s.states) {
+    uint32_t len;
+    read(&len, 4, "name length");
+    if (len > 4096) fail("optimizer state is corrupt (name length {})", len);
+    std::string name(len, '\0');
+    read(name.data(), len, "name");
+    if (name != st.p->name) fail("optimizer state parameter '{}' does not match the model's '{}'", name, st.p->name);
+    uint8_t muon;
+    read(&muon, 1, "kind");
+    if (bool(muon) != st.muon)
+      fail("optimizer state for '{}' was {} but the config uses {}", name, muon ? "muon" : "adamw",
+           st.muon ? "muon" : "adamw");
+    uint64_t n;
+    read(&n, 8, "size");
+    if (int64_t(n) != st.n) fail("optimizer state for '{}' has {} elements, the model {}", name, n, st.n);
+    read(storage.data() + (st.m - s.storage.data()), sizeof(float) * n, name.c_str());
+    if (!st.muon) read(storage.data() + (st.v - s.storage.data()), sizeof(float) * n, name.c_str());
+  }
+  s.storage.swap(storage);
+  // Pointers into storage are offsets: the swapped vector keeps the same layout but a new buffer.
+  float* cur = s.storage.data();
+  for (OptState& st : s.states) {
+    st.m = cur;
+    cur += st.n;
+    if (!st.muon) {
+      st.v = cur;
+      cur += st.n;
+    }
+  }
+  std::memcpy(s.t, t, sizeof(t));
+}
+
+}  // namespace clm

@@ -1,0 +1,199 @@
+// Config tests: presets, strict JSON round trip, --set overrides (typed, dotted or unique bare keys),
+// validation messages, the config hash, and the CLI's one-line errors for bad configs.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/common.h"
+#include "model/config.h"
+
+using namespace clm;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct CmdResult {
+  int status;
+  std::string out;
+};
+
+CmdResult run_cmd(const std::string& cmd) {
+  std::array<char, 4096> buf;
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("clocklm_test_config_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+}  // namespace
+
+TEST(Config, PresetsAreValid) {
+  for (const auto& name : preset_names()) {
+    RunConfig c = load_config(name);
+    EXPECT_EQ(c.name, name);
+    EXPECT_NO_THROW(validate(c)) << name;
+  }
+  RunConfig b = load_config("baseline-50m");
+  EXPECT_EQ(b.model.n_layer, 8);
+  EXPECT_EQ(b.model.d_model, 512);
+  EXPECT_EQ(b.model.vocab_size, 32768);
+  EXPECT_FALSE(b.model.tie_embeddings);
+  EXPECT_EQ(b.optim.matrix.kind, "muon");
+  int64_t n = count_params(b.model).total();
+  EXPECT_GT(n, 45'000'000);
+  EXPECT_LT(n, 65'000'000);
+
+  RunConfig d12 = load_config("d12");
+  EXPECT_EQ(d12.model.n_layer, 12);
+  EXPECT_EQ(d12.model.d_model, 768);
+  EXPECT_EQ(d12.model.head_dim, 64);
+  EXPECT_EQ(d12.model.n_head, 12);
+  EXPECT_EQ(d12.model.vocab_size, 0);  // from the dataset
+  RunConfig d16 = load_config("d16");
+  EXPECT_EQ(d16.model.head_dim, 128);
+  EXPECT_EQ(d16.model.n_head, 8);
+  RunConfig d17 = load_config("d17");
+  EXPECT_EQ(d17.model.head_dim, 64);
+  EXPECT_EQ(d17.model.n_head * d17.model.head_dim, d17.model.d_model);
+  // Bigger models get bigger batches and smaller AdamW learning rates.
+  EXPECT_LT(load_config("d4").train.batch_tokens, load_config("d20").train.batch_tokens);
+  EXPECT_GT(load_config("d4").optim.embed.lr, load_config("d20").optim.embed.lr);
+  RunConfig byte = load_config("byte-11m");
+  EXPECT_EQ(byte.model.vocab_size, 256);
+  n = count_params(byte.model).total();
+  EXPECT_GT(n, 10'000'000);
+  EXPECT_LT(n, 12'000'000);
+  EXPECT_NE(error_of([] { load_config("d3"); }), "");
+  EXPECT_NE(error_of([] { load_config("d21"); }), "");
+}
+
+TEST(Config, OverridesAreTypedAndStrict) {
+  RunConfig c = load_config("d8", {"model.n_layer=3", "d_model=256", "n_head=4", "n_kv_head=4", "qk_norm=false",
+                                   "optim.matrix.lr=0.05", "matrix.kind=adamw", "train.seed=7", "name=mine"});
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.d_model, 256);
+  EXPECT_FALSE(c.model.qk_norm);
+  EXPECT_FLOAT_EQ(c.optim.matrix.lr, 0.05f);
+  EXPECT_EQ(c.optim.matrix.kind, "adamw");
+  EXPECT_EQ(c.train.seed, 7u);
+  EXPECT_EQ(c.name, "mine");
+  EXPECT_NE(error_of([] { load_config("d8", {"n_layers=3"}); }).find("unknown config key 'n_layers'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d8", {"lr=0.1"}); }).find("ambiguous"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d8", {"n_layer=three"}); }).find("integer"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d8", {"n_layer=2.5"}); }), "");
+  EXPECT_NE(error_of([] { load_config("d8", {"qk_norm=yes"}); }).find("true or false"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d8", {"n_layer"}); }).find("key=value"), std::string::npos);
+}
+
+TEST(Config, ValidationMessages) {
+  auto msg = [](std::vector<std::string> ov) { return error_of([&] { load_config("d8", ov); }); };
+  EXPECT_NE(msg({"n_head=7"}).find("not divisible by model.n_head"), std::string::npos);
+  EXPECT_NE(msg({"n_layer=0"}).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(msg({"n_layer=-2"}).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(msg({"train.budget_seconds=-5"}).find("budget_seconds"), std::string::npos);
+  EXPECT_NE(msg({"activation=tanh"}).find("activation 'tanh'"), std::string::npos);
+  EXPECT_NE(msg({"n_kv_head=3"}).find("n_kv_head"), std::string::npos);
+  EXPECT_NE(msg({"head_dim=0"}).find("head_dim"), std::string::npos);
+  EXPECT_NE(msg({"batch_tokens=1000"}).find("multiple of"), std::string::npos);
+  EXPECT_NE(msg({"matrix.kind=sgd"}).find("optim.matrix.kind 'sgd'"), std::string::npos);
+  EXPECT_NE(msg({"warmup_frac=0.7", "warmdown_frac=0.7"}).find("warmup_frac"), std::string::npos);
+  for (auto& ov : std::vector<std::string>{"n_head=7", "n_layer=0", "train.budget_seconds=-5"})
+    EXPECT_EQ(msg({ov}).find('\n'), std::string::npos) << "multi-line error for " << ov;
+}
+
+TEST(Config, JsonRoundTripAndFiles) {
+  RunConfig c = load_config("d6", {"model.activation=swiglu", "train.max_steps=5"});
+  nlohmann::json j = to_json(c);
+  EXPECT_EQ(j["model"]["n_layer"], 6);
+  EXPECT_EQ(j["optim"]["matrix"]["kind"], "muon");
+  RunConfig back = run_config_from_json(j);
+  EXPECT_EQ(to_json(back).dump(), j.dump());
+
+  nlohmann::json bad = j;
+  bad["model"]["n_layers"] = 3;
+  EXPECT_NE(error_of([&] { run_config_from_json(bad); }).find("'model.n_layers'"), std::string::npos);
+  bad = j;
+  bad["model"]["n_layer"] = "six";
+  EXPECT_NE(error_of([&] { run_config_from_json(bad); }).find("model.n_layer"), std::string::npos);
+
+  std::string dir = temp_dir("files");
+  std::string path = dir + "/tiny.json";
+  atomic_write(path, R"({"base": "d4", "model": {"n_layer": 2, "vocab_size": 512}, "train": {"seed": 3}})");
+  RunConfig f = load_config(path, {"seed=4"});
+  EXPECT_EQ(f.name, "tiny");
+  EXPECT_EQ(f.model.n_layer, 2);
+  EXPECT_EQ(f.model.d_model, 256);  // from base d4
+  EXPECT_EQ(f.train.seed, 4u);
+  atomic_write(path, R"({"model": {"n_layer": 2, "widht": 3}})");
+  EXPECT_NE(error_of([&] { load_config(path); }).find("unknown config key 'model.widht'"), std::string::npos);
+  atomic_write(path, R"({"model": {"n_layer": 2,)");
+  EXPECT_NE(error_of([&] { load_config(path); }).find("malformed JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_config(dir + "/missing.json"); }).find("neither a preset"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, HashIgnoresRunLengthOnly) {
+  RunConfig a = load_config("d4");
+  RunConfig b = load_config("d4", {"budget_seconds=30", "max_steps=9", "eval_every_seconds=5", "name=x"});
+  EXPECT_EQ(config_hash(a), config_hash(b));
+  RunConfig c = load_config("d4", {"optim.matrix.lr=0.03"});
+  EXPECT_NE(config_hash(a), config_hash(c));
+  RunConfig d = load_config("d4", {"seed=2"});
+  EXPECT_NE(config_hash(a), config_hash(d));
+}
+
+TEST(Config, CountParamsByGroup) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.d_model = 64;
+  m.n_head = 2;
+  m.n_kv_head = 1;
+  m.head_dim = 32;
+  m.vocab_size = 100;  // padded to 128
+  m.mlp_ratio = 4;
+  ParamCount p = count_params(m);
+  EXPECT_EQ(p.embed, 128 * 64);
+  EXPECT_EQ(p.head, 128 * 64);
+  // per layer: wq 64x64, wk/wv 64x32 each, wo 64x64, mlp 2 x 64x256
+  EXPECT_EQ(p.matrix, 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 2 * 64 * 256));
+  m.tie_embeddings = true;
+  EXPECT_EQ(count_params(m).head, 0);
+}
+
+TEST(Config, CliRejectsBadConfigsWithOneLine) {
+  const std::string bin = CLOCKLM_BINARY;
+  for (const char* args : {"--config d8 --set n_layers=3", "--config d8 --set n_head=7",
+                           "--config d8 --set n_layer=0", "--config d8 --set train.budget_seconds=-1",
+                           "--config no-such-preset"}) {
+    CmdResult r = run_cmd(bin + " model " + args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.out.rfind("clocklm: error: ", 0), 0u) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
+  CmdResult ok = run_cmd(bin + " model --config baseline-50m");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("parameters"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("FLOPs per token"), std::string::npos) << ok.out;
+}
