@@ -1,11 +1,14 @@
 // Subcommands of the experiment environment (issue 5): roofline, profile, runs, report, compare,
 // leaderboard and sweep. Each callback is a thin layer over a function in src/exp/.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "exp/report.h"
 #include "exp/roofline.h"
+#include "exp/runs.h"
 
 namespace clm {
 
@@ -38,8 +41,114 @@ static void register_roofline(CLI::App& app) {
   });
 }
 
+static void print_notes(const ReportFiles& f) {
+  for (const auto& n : f.notes) std::fprintf(stderr, "clocklm: note: %s\n", n.c_str());
+}
+
+static void register_runs(CLI::App& app) {
+  auto* cmd = app.add_subcommand("runs", "List the training runs under a folder with their key numbers");
+  struct Opts {
+    std::string dir = ".";
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("dir", o->dir, "Folder holding run directories (searched 3 levels deep)");
+  cmd->add_flag("--json", o->json, "Print one JSON object per run instead of a table");
+  cmd->callback([o] {
+    std::vector<std::string> errors;
+    auto runs = load_runs(o->dir, &errors);
+    for (auto& e : errors) std::fprintf(stderr, "clocklm: warning: skipped %s\n", e.c_str());
+    if (runs.empty()) fail("no training runs (folders with summary.json or metrics.jsonl) under {}", o->dir);
+    if (o->json) {
+      for (auto& r : runs) {
+        nlohmann::json j = {{"run", r.dir}, {"config", r.config_name()}, {"finished", r.finished()}};
+        auto put = [&](const char* k, double v) { j[k] = std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+        put("params", r.params());
+        put("steps", r.steps());
+        put("tokens", r.tokens());
+        put("device_seconds", r.device_seconds());
+        put("tokens_per_second", r.tokens_per_second());
+        put("val_bpb", r.val_bpb());
+        put("core", r.core());
+        std::printf("%s\n", j.dump().c_str());
+      }
+      return;
+    }
+    std::printf("%s", text_table(runs_table(runs)).c_str());
+  });
+}
+
+static void register_report(CLI::App& app) {
+  auto* cmd = app.add_subcommand("report", "Write RUN/report.md with plots (loss, val bpb, throughput) as SVG and PNG");
+  auto run = std::make_shared<std::string>();
+  cmd->add_option("run", *run, "Run directory (written by clocklm train --out)")->required();
+  cmd->callback([run] {
+    RunData r = load_run(*run);
+    for (auto& w : r.warnings) std::fprintf(stderr, "clocklm: warning: %s\n", w.c_str());
+    ReportFiles f = write_report(r);
+    print_notes(f);
+    std::printf("wrote %s and %zu plot files\n", f.markdown.c_str(), f.plots.size());
+  });
+}
+
+static void register_compare(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compare", "Compare runs side by side: configs (differences in bold), results, overlaid curves");
+  struct Opts {
+    std::vector<std::string> runs;
+    std::string out = "compare";
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("runs", o->runs, "Two or more run directories")->required();
+  cmd->add_option("--out", o->out, "Folder for compare.md and the plots")->capture_default_str();
+  cmd->callback([o] {
+    std::vector<RunData> runs;
+    for (auto& d : o->runs) runs.push_back(load_run(d));
+    ReportFiles f = write_compare(runs, o->out);
+    print_notes(f);
+    std::printf("%s", text_table(leaderboard_table(runs)).c_str());
+    std::printf("wrote %s and %zu plot files\n", f.markdown.c_str(), f.plots.size());
+  });
+}
+
+static void register_leaderboard(CLI::App& app) {
+  auto* cmd = app.add_subcommand("leaderboard", "Rank the runs under a folder by final val bpb (with CORE where present)");
+  struct Opts {
+    std::string dir = ".", md;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("dir", o->dir, "Folder holding run directories");
+  cmd->add_option("--md", o->md, "Also write the leaderboard as markdown to this file");
+  cmd->add_flag("--json", o->json, "Print the ranking as a JSON array");
+  cmd->callback([o] {
+    std::vector<std::string> errors;
+    auto runs = load_runs(o->dir, &errors);
+    for (auto& e : errors) std::fprintf(stderr, "clocklm: warning: skipped %s\n", e.c_str());
+    if (runs.empty()) fail("no training runs (folders with summary.json or metrics.jsonl) under {}", o->dir);
+    if (o->json) {
+      nlohmann::json arr = nlohmann::json::array();
+      int rank = 0;
+      for (const RunData* r : ranked(runs)) {
+        auto nn = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+        arr.push_back({{"rank", std::isnan(r->val_bpb()) ? nlohmann::json() : nlohmann::json(++rank)},
+                       {"run", r->dir}, {"config", r->config_name()}, {"val_bpb", nn(r->val_bpb())},
+                       {"core", nn(r->core())}, {"device_seconds", nn(r->device_seconds())},
+                       {"tokens", nn(r->tokens())}, {"finished", r->finished()}});
+      }
+      std::printf("%s\n", arr.dump(2).c_str());
+    } else {
+      std::printf("%s", text_table(leaderboard_table(runs)).c_str());
+    }
+    if (!o->md.empty()) write_leaderboard(runs, o->md, "Leaderboard: " + o->dir);
+  });
+}
+
 void register_exp_commands(CLI::App& app) {
   register_roofline(app);
+  register_runs(app);
+  register_report(app);
+  register_compare(app);
+  register_leaderboard(app);
 }
 
 }  // namespace clm

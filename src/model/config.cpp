@@ -447,8 +447,11 @@ uint64_t config_hash(const RunConfig& cfg) {
 ParamCount count_params(const ModelConfig& m) {
   ParamCount p;
   int64_t V = m.padded_vocab(), D = m.d_model, H = m.n_head, KV = m.n_kv_head, hd = m.head_dim;
-  // Hidden width rule of ModelConfig::mlp_hidden(): mlp_ratio * d_model rounded to a multiple of 64.
-  int64_t hidden = std::max<int64_t>(64, (int64_t(std::llround(double(m.mlp_ratio) * D)) + 63) / 64 * 64);
+  // Hidden width rule of ModelConfig::mlp_hidden() (model/config_shape.cpp): mlp_ratio*d_model rounded
+  // up to a multiple of 64; SwiGLU takes 2/3 of that, rounded up to 64 again.
+  auto up64 = [](double h) { return std::max<int64_t>(64, int64_t(std::ceil(h / 64.0 - 1e-9)) * 64); };
+  int64_t hidden = up64(double(m.mlp_ratio) * D);
+  if (m.activation == "swiglu") hidden = up64(double(hidden) * 2.0 / 3.0);
   p.embed = V * D;
   p.head = m.tie_embeddings ? 0 : V * D;
   int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo

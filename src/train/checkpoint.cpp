@@ -1,0 +1,173 @@
+// Checkpoint file (see checkpoint.h and docs/CHECKPOINT.md):
+//   0  char[8] magic "CLMCKPT\0"     8 u32 version        12 u32 reserved (0)
+//   16 u64 config_hash              24 u64 meta_bytes    32 u64 weight_bytes   40 u64 optim_bytes
+//   48 meta (JSON, UTF-8) | weights (fp32, every parameter in model order) | optimizer state
+//   last 8 bytes: u64 FNV-1a 64 of everything before it.
+#include "train/checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/common.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+namespace clm {
+
+namespace {
+
+constexpr char kMagic[8] = {'C', 'L', 'M', 'C', 'K', 'P', 'T', '\0'};
+constexpr size_t kHeader = 48;
+
+template <typename T>
+void put(std::string& s, T v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T get(const std::string& s, size_t off) {
+  T v;
+  std::memcpy(&v, s.data() + off, sizeof(T));
+  return v;
+}
+
+int64_t numel_of(const Param& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape) n *= d;
+  return n;
+}
+
+nlohmann::json param_table(GPT& model) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const Param& p : model.params()) t.push_back({p.name, p.shape});
+  return t;
+}
+
+// Hash in 8-byte words (FNV-1a over 64-bit lanes, then the tail bytes): ~8x faster than byte-wise on
+// half-gigabyte checkpoints, and still catches any flipped or truncated byte.
+uint64_t checksum(const char* data, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  size_t words = n / 8;
+  for (size_t i = 0; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, data + 8 * i, 8);
+    h ^= w;
+    h *= 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  return fnv1a64(data + 8 * words, n - 8 * words, h);
+}
+
+struct Parsed {
+  uint64_t config_hash;
+  nlohmann::json meta;
+  size_t weights_off, weight_bytes, optim_off, optim_bytes;
+};
+
+Parsed parse(const std::string& path, const std::string& blob, bool verify_checksum) {
+  if (blob.size() < kHeader + 8) fail("checkpoint {} is truncated ({} bytes)", path, blob.size());
+  if (std::memcmp(blob.data(), kMagic, 8) != 0) fail("{} is not a clocklm checkpoint (bad magic)", path);
+  uint32_t version = get<uint32_t>(blob, 8);
+  if (version != kCheckpointVersion)
+    fail("checkpoint {} has version {}, this clocklm reads version {}", path, version, kCheckpointVersion);
+  Parsed p;
+  p.config_hash = get<uint64_t>(blob, 16);
+  uint64_t meta_bytes = get<uint64_t>(blob, 24), wb = get<uint64_t>(blob, 32), ob = get<uint64_t>(blob, 40);
+  if (meta_bytes > blob.size() || wb > blob.size() || ob > blob.size() ||
+      kHeader + meta_bytes + wb + ob + 8 != blob.size())
+    fail("checkpoint {} is truncated or corrupt (size {} does not match its header)", path, blob.size());
+  if (verify_checksum) {
+    uint64_t want = get<uint64_t>(blob, blob.size() - 8);
+    if (checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
+  }
+  try {
+    p.meta = nlohmann::json::parse(blob.substr(kHeader, meta_bytes));
+  } catch (const nlohmann::json::exception&) {
+    fail("checkpoint {} is corrupt (unreadable metadata)", path);
+  }
+  p.weights_off = kHeader + meta_bytes;
+  p.weight_bytes = wb;
+  p.optim_off = p.weights_off + wb;
+  p.optim_bytes = ob;
+  return p;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, const Optimizer& opt,
+                     const nlohmann::json& state) {
+  nlohmann::json meta = state;
+  meta["config"] = to_json(cfg);
+  meta["config_hash"] = hex64(config_hash(cfg));
+  meta["params"] = param_table(model);
+  meta["clocklm_version"] = CLOCKLM_VERSION;
+  std::string meta_text = meta.dump();
+  std::ostringstream os;
+  opt.save(os);
+  std::string optim = os.str();
+  uint64_t weight_bytes = 0;
+  for (const Param& p : model.params()) weight_bytes += uint64_t(numel_of(p)) * 4;
+
+  std::string blob;
+  blob.reserve(kHeader + meta_text.size() + weight_bytes + optim.size() + 8);
+  blob.append(kMagic, 8);
+  put<uint32_t>(blob, kCheckpointVersion);
+  put<uint32_t>(blob, 0);
+  put<uint64_t>(blob, config_hash(cfg));
+  put<uint64_t>(blob, meta_text.size());
+  put<uint64_t>(blob, weight_bytes);
+  put<uint64_t>(blob, optim.size());
+  blob += meta_text;
+  for (const Param& p : model.params()) blob.append(reinterpret_cast<const char*>(p.data), size_t(numel_of(p)) * 4);
+  blob += optim;
+  put<uint64_t>(blob, checksum(blob.data(), blob.size()));
+  atomic_write(path, blob);
+}
+
+nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, Optimizer& opt) {
+  std::string blob = read_file(path);
+  Parsed p = parse(path, blob, true);
+  if (p.config_hash != config_hash(cfg))
+    fail("checkpoint {} was written by a different config (hash {}, this run's config hashes to {}); "
+         "model, optimizer, batch and seed must match to resume",
+         path, hex64(p.config_hash), hex64(config_hash(cfg)));
+  if (p.meta.value("params", nlohmann::json()) != param_table(model))
+    fail("checkpoint {} holds different parameters than this model", path);
+  uint64_t weight_bytes = 0;
+  for (const Param& q : model.params()) weight_bytes += uint64_t(numel_of(q)) * 4;
+  if (weight_bytes != p.weight_bytes) fail("checkpoint {} has {} weight bytes, the model {}", path, p.weight_bytes, weight_bytes);
+  // Optimizer first (it validates itself and changes nothing on failure), then the weights.
+  std::istringstream is(blob.substr(p.optim_off, p.optim_bytes));
+  try {
+    opt.load(is);
+  } catch (const Error& e) {
+    fail("checkpoint {}: {}", path, e.what());
+  }
+  size_t off = p.weights_off;
+  for (Param& q : model.params()) {
+    size_t n = size_t(numel_of(q)) * 4;
+    std::memcpy(q.data, blob.data() + off, n);
+    off += n;
+  }
+  return p.meta;
+}
+
+nlohmann::json read_checkpoint_meta(const std::string& path) {
+  std::string blob = read_file(path);
+  return parse(path, blob, false).meta;
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  fs::path latest = fs::path(run_dir) / "checkpoints" / "latest";
+  if (!fs::exists(latest)) fail("{} has no checkpoint to resume from (no checkpoints/latest)", run_dir);
+  std::string name = read_file(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  fs::path p = fs::path(run_dir) / "checkpoints" / name;
+  if (name.empty() || name.find('/') != std::string::npos || !fs::exists(p))
+    fail("{}: checkpoints/latest names '{}', which does not exist", run_dir, name);
+  return p.string();
+}
+
+}  // namespace clm

@@ -1,0 +1,22 @@
+// Learning-rate, Muon-momentum and weight-decay schedules as pure functions of the fraction of the
+// budget used (or of step/max_steps in deterministic mode), so a run always finishes its warmdown
+// exactly when its budget ends, whatever the machine's speed.
+#pragma once
+#include "model/config.h"
+
+namespace clm {
+
+struct ScheduleValues {
+  float lr_scale = 1.0f;       // multiplies every group's lr
+  float wd_scale = 1.0f;       // multiplies every group's weight decay
+  float muon_momentum = 0.95f; // Muon momentum at this point
+};
+
+// frac in [0, 1] (clamped). `momentum` is the target Muon momentum (optim.matrix.momentum).
+//   lr:  linear warmup 0 -> 1 over warmup_frac, 1, then linear 1 -> final_lr_frac over the last
+//        warmdown_frac (reaching final_lr_frac at frac = 1).
+//   momentum: muon_momentum_start -> momentum linearly over muon_momentum_warmup_frac.
+//   wd:  constant 1 | linear 1 - frac | lr (= lr_scale).
+ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac);
+
+}  // namespace clm

@@ -1,0 +1,400 @@
+// The budgeted training loop (see trainer.h and docs/TRAINING.md).
+//
+// One optimizer step = `accum` micro-batches of micro_batch x seq_len tokens: the batches are fetched
+// first (the loader prefetches in the background), then the clock runs over forward, backward and
+// the optimizer only. Before each step the BudgetClock predicts whether it still fits; schedules are
+// evaluated at the fraction of the budget used when the step starts. Evaluation and checkpointing
+// happen between steps, off the clock.
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+
+#include "core/common.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "eval/bpb.h"
+#include "eval/core.h"
+#include "exp/profile_report.h"
+#include "exp/profiler.h"
+#include "exp/progress.h"
+#include "exp/roofline.h"
+#include "exp/runinfo.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/budget.h"
+#include "train/checkpoint.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+
+namespace clm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Set by SIGINT/SIGTERM: the loop finishes its step, checkpoints and exits (the one piece of global
+// state, as a signal handler can only reach globals).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int) { g_stop_signal = 1; }
+
+struct SignalGuard {
+  void (*old_int)(int), (*old_term)(int);
+  SignalGuard() {
+    g_stop_signal = 0;
+    old_int = std::signal(SIGINT, on_stop_signal);
+    old_term = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~SignalGuard() {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
+};
+
+std::string human(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+// Resolve the config: --config (+ --set), or the run's own config.json when resuming without one.
+RunConfig resolve_config(const TrainOptions& o, const std::string& run_dir) {
+  std::string src = o.config;
+  if (src.empty()) {
+    if (o.resume_dir.empty()) fail("train: --config is required (a preset or a JSON file)");
+    src = (fs::path(run_dir) / "config.json").string();
+    if (!path_exists(src)) fail("{} has no config.json; pass --config", run_dir);
+  }
+  std::vector<std::string> sets = o.sets;
+  if (o.budget_seconds >= 0) sets.push_back(fmt::format("train.budget_seconds={}", o.budget_seconds));
+  return load_config(src, sets);
+}
+
+// Hands the profiled steps to the experiment area's writer: RUN/profile/{profile.json, trace.json,
+// profile.txt}. The roofline it compares against is this machine's cached one (measured once).
+void write_profile_files(const Profiler& prof, const std::string& dir, double seconds, int steps) {
+  make_dirs(dir);
+  ProfileSummary s = write_profile(prof, dir, seconds, steps);
+  std::fprintf(stderr, "\ntrain: profile of %d steps written to %s\n%s", steps, dir.c_str(),
+               format_profile_table(s, 15).c_str());
+}
+
+// Peak FLOP/s for the MFU column: this machine's cached roofline (`clocklm roofline`), if measured;
+// 0 (MFU not shown) otherwise, so training never stalls to measure it.
+double cached_peak_flops(int threads) {
+  std::string path = roofline_cache_path(threads);
+  if (path.empty() || !path_exists(path)) return 0;
+  try {
+    return roofline_from_json(nlohmann::json::parse(read_file(path))).peak_flops();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o) {
+  const double t_start = now_seconds();
+  std::string run_dir = o.out_dir.empty() ? o.resume_dir : o.out_dir;
+  if (run_dir.empty()) fail("train: --out RUN is required");
+  if (!o.resume_dir.empty() && fs::weakly_canonical(o.resume_dir) != fs::weakly_canonical(run_dir))
+    fail("train: --resume {} continues that run in place; omit --out or give the same folder", o.resume_dir);
+  if (o.data_dir.empty()) fail("train: --data DIR is required (a folder made by `clocklm prepare`)");
+  const bool resuming = !o.resume_dir.empty();
+
+  RunConfig cfg = resolve_config(o, run_dir);
+  DatasetInfo info = read_dataset_info(o.data_dir);
+  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = int(info.vocab_size);
+  if (uint32_t(cfg.model.vocab_size) < info.vocab_size)
+    fail("model.vocab_size {} is smaller than the dataset tokenizer's {} ids ({})", cfg.model.vocab_size,
+         info.vocab_size, o.data_dir);
+  validate(cfg);
+  const TrainConfig& tc = cfg.train;
+  const int threads = tc.threads > 0 ? tc.threads : default_threads();
+  omp_set_num_threads(threads);
+
+  // ---- run directory ----
+  if (!resuming && path_exists((fs::path(run_dir) / "metrics.jsonl").string()))
+    fail("{} already holds a run (metrics.jsonl); use --resume {} to continue it or choose another --out", run_dir,
+         run_dir);
+  make_dirs(run_dir);
+  make_dirs((fs::path(run_dir) / "checkpoints").string());
+  const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+
+  // ---- model, optimizer, data ----
+  const int B = tc.micro_batch, T = cfg.model.seq_len;
+  const int eval_B = tc.eval_batch > 0 ? tc.eval_batch : B;
+  GPT model(cfg.model, std::max(B, eval_B), T);
+  model.init_weights(tc.seed);
+  Optimizer opt(model.params(), cfg.optim);
+  LoaderOptions lo;
+  lo.dir = o.data_dir;
+  lo.split = "train";
+  lo.B = B;
+  lo.T = T;
+  lo.seed = tc.seed;
+  DataLoader loader(lo);
+  Rng rng(tc.seed ^ 0x7261696eULL);  // reserved for stochastic training features; checkpointed
+
+  const int64_t accum = tc.batch_tokens / (int64_t(B) * T);
+  const double flops_per_token = model.flops_per_token(T);
+  const int64_t n_params = model.num_params();
+  const double peak_flops = cached_peak_flops(threads);
+
+  BudgetClock clock;
+  clock.budget = tc.budget_seconds;
+  int64_t step = 0, tokens = 0;
+  double next_eval_at = tc.eval_every_seconds, next_ckpt_at = tc.checkpoint_every_seconds;
+  nlohmann::json last_val;
+  std::vector<std::string> kept_ckpts;
+
+  if (resuming) {
+    std::string path = latest_checkpoint(run_dir);
+    nlohmann::json st = load_checkpoint(path, cfg, model, opt);
+    step = st.at("step").get<int64_t>();
+    tokens = st.at("tokens").get<int64_t>();
+    clock.used = st.at("budget_used").get<double>();
+    clock.recent = st.value("recent_step_seconds", std::vector<double>{});
+    loader.restore(st.at("loader"));
+    auto rs = st.at("rng").get<std::vector<uint64_t>>();
+    for (int i = 0; i < 4; ++i) rng.s[i] = rs.at(size_t(i));
+    next_eval_at = st.value("next_eval_at", next_eval_at);
+    next_ckpt_at = st.value("next_ckpt_at", next_ckpt_at);
+    last_val = st.value("last_val", nlohmann::json());
+    kept_ckpts.push_back(fs::path(path).filename().string());
+    std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(), (long long)step,
+                 clock.used);
+  }
+  write_json_file((fs::path(run_dir) / "config.json").string(), to_json(cfg));
+  {
+    nlohmann::json rec = run_record(o.argv);
+    rec["dataset"] = {{"dir", fs::absolute(o.data_dir).string()}, {"tokenizer_hash", info.tokenizer_hash},
+                      {"vocab_size", info.vocab_size}};
+    rec["threads"] = threads;
+    rec["resumed_from_step"] = resuming ? nlohmann::json(step) : nlohmann::json(nullptr);
+    std::string name = resuming ? fmt::format("run.resume-{}.json", step) : "run.json";
+    write_json_file((fs::path(run_dir) / name).string(), rec);
+  }
+  MetricsLog metrics((fs::path(run_dir) / "metrics.jsonl").string(), resuming ? step : -1);
+
+  const bool det = tc.max_steps > 0;  // deterministic mode: schedules over steps
+  auto fraction = [&] { return det ? double(step) / double(tc.max_steps) : clock.fraction(); };
+  // Where the run stands in budget seconds, for the eval and checkpoint cadence. In deterministic mode
+  // it is the step fraction times the budget (so the cadence is reproducible); with no budget there
+  // is no periodic evaluation or checkpoint.
+  auto position = [&] { return det ? fraction() * std::max(0.0, clock.budget) : clock.used; };
+
+  auto checkpoint = [&](const char* why) {
+    nlohmann::json st = {{"step", step},
+                         {"tokens", tokens},
+                         {"budget_used", clock.used},
+                         {"budget_seconds", clock.budget},
+                         {"recent_step_seconds", clock.recent},
+                         {"loader", loader.state()},
+                         {"rng", std::vector<uint64_t>(rng.s, rng.s + 4)},
+                         {"next_eval_at", next_eval_at},
+                         {"next_ckpt_at", next_ckpt_at},
+                         {"last_val", last_val},
+                         {"reason", why}};
+    std::string name = fmt::format("step_{:08d}.ckpt", step);
+    save_checkpoint((fs::path(ckpt_dir) / name).string(), cfg, model, opt, st);
+    atomic_write((fs::path(ckpt_dir) / "latest").string(), name + "\n");
+    if (kept_ckpts.empty() || kept_ckpts.back() != name) kept_ckpts.push_back(name);
+    while (int(kept_ckpts.size()) > tc.keep_checkpoints) {
+      std::error_code ec;
+      fs::remove(fs::path(ckpt_dir) / kept_ckpts.front(), ec);
+      kept_ckpts.erase(kept_ckpts.begin());
+    }
+  };
+
+  auto evaluate = [&](int64_t n_tokens) {
+    BpbResult r = eval_bpb(model, o.data_dir, n_tokens, eval_B, T);
+    return r;
+  };
+
+  // ---- profiling: a few steps after the first (which builds the kernels' primitives) ----
+  Profiler prof;
+  const int64_t prof_first = step + 2, prof_steps = 3;
+  double prof_seconds = 0;
+
+  Progress progress("train", det ? double(tc.max_steps) : clock.budget, stderr);
+  if (o.quiet) progress.tty = false, progress.log_interval = 1e18;
+  SignalGuard signals;
+
+  std::vector<int32_t> inputs(size_t(accum) * B * T), targets(size_t(accum) * B * T);
+  const int64_t session_start_step = step;
+  double last_loss = NAN;
+  bool stopped_early = false;
+  std::string stop_reason = det ? "max_steps" : "budget";
+  std::fprintf(stderr, "train: %s, %s params, %lld tokens/step (%lld x %d x %d), %s, budget %.0fs%s\n",
+               cfg.name.c_str(), human(double(n_params)).c_str(), (long long)tc.batch_tokens, (long long)accum, B, T,
+               cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : "AdamW", clock.budget,
+               det ? fmt::format(", max_steps {}", tc.max_steps).c_str() : "");
+
+  while (true) {
+    if (det && step >= tc.max_steps) break;
+    if (clock.budget > 0 && !clock.next_step_fits()) {
+      stop_reason = "budget";
+      break;
+    }
+    if (o.stop_after_steps > 0 && step - session_start_step >= o.stop_after_steps) {
+      stopped_early = true;
+      stop_reason = "stop_after_steps";
+      break;
+    }
+    if (g_stop_signal) {
+      stopped_early = true;
+      stop_reason = "signal";
+      break;
+    }
+    const double frac = fraction();
+    const ScheduleValues sv = schedule_at(tc, cfg.optim.matrix.momentum, frac);
+    const bool profiling = o.profile && step >= prof_first && step < prof_first + prof_steps;
+    model.set_profiler(profiling ? &prof : nullptr);
+    opt.set_profiler(profiling ? &prof : nullptr);
+    if (profiling && step == prof_first) prof.clear();
+
+    for (int64_t a = 0; a < accum; ++a)
+      loader.next(inputs.data() + a * B * T, targets.data() + a * B * T);
+
+    // ---- the timed step ----
+    const double t0 = now_seconds();
+    model.zero_grad();
+    double loss_sum = 0;
+    for (int64_t a = 0; a < accum; ++a) {
+      float loss = model.forward(inputs.data() + a * B * T, targets.data() + a * B * T, B, T);
+      if (!std::isfinite(loss)) {
+        std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
+                                              : "last good checkpoint kept: " + kept_ckpts.back();
+        fail("training diverged: loss is {} at step {} (micro-batch {}); {}", loss, step, a, keep);
+      }
+      model.backward(1.0f / float(accum));
+      loss_sum += loss;
+    }
+    const float grad_norm = opt.step(sv.lr_scale, sv.wd_scale, sv.muon_momentum);
+    const double dt = now_seconds() - t0;
+    // ------------------------
+    if (!std::isfinite(grad_norm)) {
+      std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
+                                            : "last good checkpoint kept: " + kept_ckpts.back();
+      fail("training diverged: gradient norm is {} at step {}; {}", grad_norm, step, keep);
+    }
+    clock.add_step(dt);
+    if (profiling) {
+      prof_seconds += dt;
+      prof.mark_step(t0, t0 + dt);
+    }
+    ++step;
+    tokens += tc.batch_tokens;
+    last_loss = loss_sum / double(accum);
+
+    const double tps = double(tc.batch_tokens) / dt;
+    nlohmann::json row = {{"step", step},
+                          {"tokens", tokens},
+                          {"device_seconds", clock.used},
+                          {"budget_fraction", fraction()},
+                          {"loss", last_loss},
+                          {"lr", sv.lr_scale},
+                          {"muon_momentum", sv.muon_momentum},
+                          {"wd_scale", sv.wd_scale},
+                          {"grad_norm", grad_norm},
+                          {"step_seconds", dt},
+                          {"tokens_per_second", tps},
+                          {"model_flops_per_second", tps * flops_per_token}};
+    if (peak_flops > 0) row["mfu"] = tps * flops_per_token / peak_flops;
+    bool log_row = step % tc.log_every == 0;
+
+    // Periodic validation, off the clock.
+    // Periodic validation, off the clock (the final one happens after the loop).
+    const double pos = position();
+    bool do_eval = false;
+    if (tc.eval_every_seconds > 0 && tc.periodic_val_tokens > 0 && pos > 0 && pos >= next_eval_at) {
+      do_eval = !(det && step >= tc.max_steps);
+      while (next_eval_at <= pos) next_eval_at += tc.eval_every_seconds;
+    }
+    if (do_eval) {
+      BpbResult r = evaluate(tc.periodic_val_tokens);
+      row["val_bpb"] = r.bpb;
+      row["val_tokens"] = r.tokens;
+      last_val = {{"step", step}, {"val_bpb", r.bpb}, {"val_tokens", r.tokens}};
+      log_row = true;
+    }
+    if (log_row) metrics.append(row);
+
+    const double mflops = tps * flops_per_token;
+    std::string mfu = peak_flops > 0 ? fmt::format("MFU {:.0f}%", 100.0 * mflops / peak_flops)
+                                     : fmt::format("{}FLOP/s", human(mflops));
+    progress.update(det ? double(step) : clock.used,
+                    fmt::format("step {} | loss {:.4f} | {} tok/s | {} | budget {:.0f}% | lr x{:.3f}{}", step,
+                                last_loss, human(tps), mfu, 100.0 * fraction(), sv.lr_scale,
+                                last_val.is_null() ? "" : fmt::format(" | val {:.4f}", last_val["val_bpb"].get<double>())));
+
+    if (profiling && step == prof_first + prof_steps) {
+      model.set_profiler(nullptr);
+      opt.set_profiler(nullptr);
+      write_profile_files(prof, (fs::path(run_dir) / "profile").string(), prof_seconds, int(prof_steps));
+    }
+    if (tc.checkpoint_every_seconds > 0 && pos > 0 && pos >= next_ckpt_at) {
+      while (next_ckpt_at <= pos) next_ckpt_at += tc.checkpoint_every_seconds;
+      if (!(det && step >= tc.max_steps)) checkpoint("periodic");
+    }
+  }
+  model.set_profiler(nullptr);
+  opt.set_profiler(nullptr);
+
+  TrainResult res;
+  res.steps = step;
+  res.tokens = tokens;
+  res.device_seconds = clock.used;
+  checkpoint(stopped_early ? "stopped" : "final");
+  if (stopped_early) {
+    progress.finish(fmt::format("stopped at step {} ({}); resume with --resume {}", step, stop_reason, run_dir));
+    if (stop_reason == "signal") fail("interrupted at step {}; checkpoint saved, resume with --resume {}", step, run_dir);
+    res.finished = false;
+    return res;
+  }
+  progress.finish(fmt::format("step {} | loss {:.4f} | {:.1f}s of {:.0f}s budget", step, last_loss, clock.used,
+                              clock.budget));
+
+  // ---- final evaluation and summary ----
+  BpbResult final_val = evaluate(tc.val_tokens);
+  nlohmann::json vrow = {{"step", step},          {"tokens", tokens},       {"device_seconds", clock.used},
+                         {"val_bpb", final_val.bpb}, {"val_tokens", final_val.tokens}, {"final", true}};
+  metrics.append(vrow);
+  nlohmann::json summary = {
+      {"config", cfg.name},
+      {"val_bpb", final_val.bpb},
+      {"val", final_val.to_json()},
+      {"steps", step},
+      {"tokens", tokens},
+      {"device_seconds", clock.used},
+      {"budget_seconds", clock.budget},
+      {"stop_reason", stop_reason},
+      {"params", n_params},
+      {"flops_per_token", flops_per_token},
+      {"tokens_per_second", clock.used > 0 ? double(tokens) / clock.used : 0.0},
+      {"model_flops_per_second", clock.used > 0 ? double(tokens) * flops_per_token / clock.used : 0.0},
+      {"final_loss", last_loss},
+      {"threads", threads},
+      {"wall_seconds", now_seconds() - t_start},
+  };
+  if (!o.core_bundle.empty()) {
+    Dataset ds = Dataset::open(o.data_dir);
+    CoreOptions co;
+    co.bundle = o.core_bundle;
+    co.progress = !o.quiet;
+    summary["core"] = eval_core(model, ds.tokenizer, co);
+  }
+  write_json_file((fs::path(run_dir) / "summary.json").string(), summary);
+  res.finished = true;
+  res.val_bpb = final_val.bpb;
+  res.summary = summary;
+  return res;
+}
+
+}  // namespace clm

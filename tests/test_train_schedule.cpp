@@ -1,0 +1,110 @@
+// The budget clock and the schedules, without a model: the clock stops within one step of the
+// budget for steady, noisy and drifting step times; lr/momentum/wd follow the budget fraction.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/common.h"
+#include "model/config.h"
+#include "train/budget.h"
+#include "train/schedule.h"
+
+using namespace clm;
+
+namespace {
+
+// Runs the clock with step durations from `dur(i)`; returns (used, steps, max step seen).
+struct Sim {
+  double used;
+  int steps;
+  double max_step;
+};
+template <typename F>
+Sim simulate(double budget, F dur) {
+  BudgetClock c;
+  c.budget = budget;
+  int i = 0;
+  double mx = 0;
+  while (c.next_step_fits()) {
+    double d = dur(i++);
+    mx = std::max(mx, d);
+    c.add_step(d);
+    if (i > 1000000) break;
+  }
+  return {c.used, i, mx};
+}
+
+}  // namespace
+
+TEST(TrainBudget, StopsWithinOneStepOfTheBudget) {
+  Rng rng(5);
+  auto check = [](const Sim& s, double budget, const char* what) {
+    // Never more than one step past the budget, and never stopping while a whole step still fits.
+    EXPECT_LE(s.used, budget + s.max_step) << what;
+    EXPECT_GT(s.used, budget - s.max_step) << what;
+  };
+  check(simulate(10.5, [](int) { return 1.0; }), 10.5, "steady");
+  Sim steady = simulate(10.5, [](int) { return 1.0; });
+  EXPECT_EQ(steady.steps, 10);  // the 11th step would end at 11 > 10.5
+  EXPECT_DOUBLE_EQ(steady.used, 10.0);
+  check(simulate(60, [&](int) { return 0.5 + rng.uniform(); }), 60, "noisy");
+  check(simulate(60, [](int i) { return i == 0 ? 5.0 : 0.7; }), 60, "slow first step");
+  check(simulate(60, [](int i) { return 0.2 + 0.01 * i; }), 60, "drifting");
+  // A budget smaller than one step: exactly one step runs.
+  EXPECT_EQ(simulate(0.5, [](int) { return 2.0; }).steps, 1);
+  // Restored used >= budget: nothing runs.
+  BudgetClock c;
+  c.budget = 10;
+  c.used = 10;
+  EXPECT_FALSE(c.next_step_fits());
+  EXPECT_DOUBLE_EQ(c.fraction(), 1.0);
+}
+
+TEST(TrainBudget, PredictionIsTheRecentMedian) {
+  BudgetClock c;
+  c.budget = 100;
+  EXPECT_EQ(c.predict_next(), 0);
+  for (double d : {9.0, 1.0, 1.2, 0.9, 1.1}) c.add_step(d);
+  EXPECT_DOUBLE_EQ(c.predict_next(), 1.1);  // the slow first step does not dominate
+  for (int i = 0; i < 5; ++i) c.add_step(2.0);
+  EXPECT_DOUBLE_EQ(c.predict_next(), 2.0);  // only the last kWindow steps count
+  EXPECT_EQ(int(c.recent.size()), BudgetClock::kWindow);
+}
+
+TEST(TrainSchedule, FollowsTheBudgetFraction) {
+  TrainConfig t;
+  t.warmup_frac = 0.1f;
+  t.warmdown_frac = 0.4f;
+  t.final_lr_frac = 0.0f;
+  t.muon_momentum_start = 0.85f;
+  t.muon_momentum_warmup_frac = 0.2f;
+  t.wd_schedule = "linear";
+  auto at = [&](double f) { return schedule_at(t, 0.95f, f); };
+  EXPECT_NEAR(at(0.0).lr_scale, 0.0, 1e-6);
+  EXPECT_NEAR(at(0.05).lr_scale, 0.5, 1e-6);
+  EXPECT_NEAR(at(0.1).lr_scale, 1.0, 1e-6);
+  EXPECT_NEAR(at(0.3).lr_scale, 1.0, 1e-6);
+  EXPECT_NEAR(at(0.6).lr_scale, 1.0, 1e-6);
+  EXPECT_NEAR(at(0.8).lr_scale, 0.5, 1e-6);  // halfway through the warmdown
+  EXPECT_NEAR(at(1.0).lr_scale, 0.0, 1e-6);  // warmdown complete exactly at the end of the budget
+  EXPECT_NEAR(at(1.5).lr_scale, 0.0, 1e-6);  // clamped
+  EXPECT_NEAR(at(0.0).muon_momentum, 0.85, 1e-6);
+  EXPECT_NEAR(at(0.1).muon_momentum, 0.90, 1e-6);
+  EXPECT_NEAR(at(0.2).muon_momentum, 0.95, 1e-6);
+  EXPECT_NEAR(at(0.7).muon_momentum, 0.95, 1e-6);
+  EXPECT_NEAR(at(0.25).wd_scale, 0.75, 1e-6);
+  t.wd_schedule = "lr";
+  EXPECT_NEAR(at(0.8).wd_scale, 0.5, 1e-6);
+  t.wd_schedule = "constant";
+  EXPECT_NEAR(at(0.8).wd_scale, 1.0, 1e-6);
+  t.final_lr_frac = 0.1f;
+  EXPECT_NEAR(at(1.0).lr_scale, 0.1, 1e-6);
+  EXPECT_NEAR(at(0.8).lr_scale, 0.55, 1e-6);
+  // Monotone non-increasing after the warmup.
+  float prev = 2;
+  for (int i = 10; i <= 100; ++i) {
+    float v = at(i / 100.0).lr_scale;
+    EXPECT_LE(v, prev + 1e-7f);
+    prev = v;
+  }
+}
