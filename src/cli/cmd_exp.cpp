@@ -9,6 +9,7 @@
 #include "exp/report.h"
 #include "exp/roofline.h"
 #include "exp/runs.h"
+#include "exp/sweep.h"
 
 namespace clm {
 
@@ -143,12 +144,34 @@ static void register_leaderboard(CLI::App& app) {
   });
 }
 
+static void register_sweep(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sweep", "Train a list or grid of config overrides (same data and budget), then compare and rank them");
+  struct Opts {
+    std::string spec;
+    SweepOptions so;
+    bool stop = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("spec", o->spec, "Sweep spec (JSON; see docs/EXPERIMENTS.md)")->required();
+  cmd->add_option("--out", o->so.out_dir, "Sweep folder (default: sweeps/<name>)");
+  cmd->add_flag("--dry-run", o->so.dry_run, "Print the train commands without running them");
+  cmd->add_flag("--stop-on-failure", o->stop, "Stop at the first failed run (default: keep going)");
+  cmd->add_option("--exe", o->so.exe, "clocklm executable to run (default: this one)");
+  cmd->callback([o] {
+    SweepSpec spec = load_sweep_spec(o->spec);
+    o->so.keep_going = !o->stop;
+    int failed = run_sweep(spec, o->so);
+    if (failed > 0) fail("sweep {}: {} of {} runs failed (see sweep.json)", spec.name, failed, spec.runs.size());
+  });
+}
+
 void register_exp_commands(CLI::App& app) {
   register_roofline(app);
   register_runs(app);
   register_report(app);
   register_compare(app);
   register_leaderboard(app);
+  register_sweep(app);
 }
 
 }  // namespace clm

@@ -283,7 +283,10 @@ ReportFiles write_report(const RunData& run) {
   info.push_back({"clocklm", str_or(run.run, "version") + ", commit " + commit_text(run.run)});
   info.push_back({"machine", machine_text(run.run)});
   info.push_back({"started", str_or(run.run, "start_time")});
-  if (run.run.is_object() && run.run.contains("data")) info.push_back({"data", str_or(run.run, "data")});
+  if (run.run.is_object() && run.run.contains("dataset") && run.run["dataset"].is_object())
+    info.push_back({"data", str_or(run.run["dataset"], "dir")});
+  else if (run.run.is_object() && run.run.contains("data"))
+    info.push_back({"data", str_or(run.run, "data")});
   md += md_table(info) + "\n## Results\n\n" + md_table(results_table(one, false)) + "\n";
   if (run.summary.is_object() && run.summary.contains("bpb_definition"))
     md += "bpb: " + str_or(run.summary, "bpb_definition") + "\n\n";

@@ -1,0 +1,235 @@
+// Internals of the byte-level BPE shared by the encoder (tokenizer.cpp), the GPT-2 loader
+// (gpt2.cpp) and the trainer (train.cpp): the pre-split regexes, a flat pair->rank hash map,
+// the definition of TokenizerImpl and a tiny parallel-for. Not part of the public interface.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tok/tokenizer.h"
+
+namespace clm {
+
+// GPT-4 style pre-split (as in nanochat: numbers in groups of 1-2 digits). Contractions,
+// letter runs with one optional leading non-letter, digit pairs, punctuation runs (with trailing
+// newlines), newline runs, and whitespace that leaves its last space to the following word.
+inline constexpr const char* kGpt4Pattern =
+    R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)";
+// GPT-2's own pre-split pattern (from its encoder.py).
+inline constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Length of the valid UTF-8 sequence starting at s[0] (1-4), or 0 if s[0] does not start one
+// (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF) -- the same rule PCRE2 uses.
+inline int utf8_seq_len(const uint8_t* s, size_t n) {
+  uint8_t c = s[0];
+  if (c < 0x80) return 1;
+  if (c < 0xC2) return 0;
+  if (c < 0xE0) return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
+  if (c < 0xF0) {
+    if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0;  // overlong
+    if (c == 0xED && s[1] >= 0xA0) return 0; // surrogate
+    return 3;
+  }
+  if (c < 0xF5) {
+    if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+    if (c == 0xF0 && s[1] < 0x90) return 0;  // overlong
+    if (c == 0xF4 && s[1] >= 0x90) return 0; // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+// The compiled pre-split regex (PCRE2, UTF + UCP, anchored, JIT-compiled). Immutable and shared
+// by all threads; each thread brings its own SplitScratch.
+struct PreSplitter {
+  explicit PreSplitter(const std::string& pattern);
+  ~PreSplitter();
+  PreSplitter(const PreSplitter&) = delete;
+  PreSplitter& operator=(const PreSplitter&) = delete;
+
+  pcre2_code* code = nullptr;
+  bool jit = false;
+  // True for the two built-in patterns: no match ever continues past a '\n' into a following
+  // printable ASCII character, so text may be cut right there and split/encoded piecewise with an
+  // identical result (used to parallelise one large document).
+  bool newline_cuttable = false;
+};
+
+struct SplitScratch {
+  explicit SplitScratch(const PreSplitter& ps);
+  ~SplitScratch();
+  SplitScratch(const SplitScratch&) = delete;
+  SplitScratch& operator=(const SplitScratch&) = delete;
+  const PreSplitter& ps;
+  pcre2_match_data* md = nullptr;
+  pcre2_match_context* mctx = nullptr;
+  pcre2_jit_stack* stack = nullptr;
+};
+
+[[noreturn]] void split_error(int rc);
+
+// Match the regex over one piece of valid UTF-8, calling fn(chunk) for consecutive chunks. Where
+// the pattern matches nothing (or only the empty string) one character becomes a chunk, so the
+// chunks always cover the text.
+template <class F>
+void split_valid(SplitScratch& sc, std::string_view text, F&& fn) {
+  const PCRE2_SPTR subj = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const size_t n = text.size();
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(sc.md);
+  size_t pos = 0;
+  while (pos < n) {
+    int rc = sc.ps.jit ? pcre2_jit_match(sc.ps.code, subj, n, pos, 0, sc.md, sc.mctx)
+                       : pcre2_match(sc.ps.code, subj, n, pos, PCRE2_NO_UTF_CHECK, sc.md, sc.mctx);
+    size_t end = pos;
+    if (rc > 0) end = ov[1];
+    else if (rc != PCRE2_ERROR_NOMATCH) split_error(rc);
+    if (end <= pos) {
+      int l = utf8_seq_len(subj + pos, n - pos);
+      end = pos + size_t(l ? l : 1);
+    }
+    fn(text.substr(pos, end - pos));
+    pos = end;
+  }
+}
+
+// Split any bytes into pre-split chunks whose concatenation is exactly `text`. Valid UTF-8 runs go
+// through the regex; each maximal run of invalid bytes becomes a chunk of its own.
+template <class F>
+void pre_split(SplitScratch& sc, std::string_view text, F&& fn) {
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(text.data());
+  size_t n = text.size(), i = 0;
+  while (i < n) {
+    size_t start = i;
+    while (i < n) {  // extend the valid run
+      if (s[i] < 0x80) { ++i; continue; }
+      int l = utf8_seq_len(s + i, n - i);
+      if (!l) break;
+      i += size_t(l);
+    }
+    if (i > start) split_valid(sc, text.substr(start, i - start), fn);
+    size_t bad = i;
+    while (i < n && s[i] >= 0x80 && !utf8_seq_len(s + i, n - i)) ++i;
+    if (i > bad) fn(text.substr(bad, i - bad));
+  }
+}
+
+// Cut points for piecewise processing of a large text: offsets just after a '\n' that is followed
+// by a printable non-space ASCII byte, about `target` bytes apart. Always starts with 0 and ends
+// with text.size().
+std::vector<size_t> cut_points(std::string_view text, size_t target);
+
+// Open-addressing hash map from a (left, right) id pair to a 64-bit value. Keys are never erased.
+struct PairMap {
+  static constexpr uint64_t kEmpty = ~0ull;
+  std::vector<uint64_t> keys, vals;
+  size_t mask = 0, count = 0;
+
+  static uint64_t key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
+  static size_t slot_of(uint64_t k) { return size_t((k * 0x9E3779B97F4A7C15ULL) >> 20); }
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    if (cap <= keys.size()) return;
+    std::vector<uint64_t> ok = std::move(keys), ov = std::move(vals);
+    keys.assign(cap, kEmpty);
+    vals.assign(cap, 0);
+    mask = cap - 1;
+    count = 0;
+    for (size_t i = 0; i < ok.size(); ++i)
+      if (ok[i] != kEmpty) insert(ok[i], ov[i]);
+  }
+  // Pointer to the value for k, or nullptr.
+  const uint64_t* find(uint64_t k) const {
+    if (keys.empty()) return nullptr;
+    for (size_t i = slot_of(k) & mask;; i = (i + 1) & mask) {
+      if (keys[i] == k) return &vals[i];
+      if (keys[i] == kEmpty) return nullptr;
+    }
+  }
+  // Insert or overwrite.
+  uint64_t& insert(uint64_t k, uint64_t v) {
+    if ((count + 1) * 2 > keys.size()) reserve(count + 1 > 8 ? count + 1 : 8);
+    for (size_t i = slot_of(k) & mask;; i = (i + 1) & mask) {
+      if (keys[i] == k) { vals[i] = v; return vals[i]; }
+      if (keys[i] == kEmpty) {
+        keys[i] = k;
+        vals[i] = v;
+        ++count;
+        return vals[i];
+      }
+    }
+  }
+};
+
+struct TokenizerImpl {
+  std::string pattern;
+  std::unique_ptr<PreSplitter> splitter;
+  uint32_t byte_id[256];                 // id of each single byte
+  std::vector<std::array<uint32_t, 3>> merges;  // rank order: {left, right, new id}
+  PairMap ranks;                         // pair -> (rank << 32) | new id
+  std::vector<std::string> vocab;        // bytes of every id (a special token: its name)
+  std::vector<uint8_t> special;          // 1 for special tokens
+  std::vector<std::pair<std::string, uint32_t>> specials;  // name, id
+  uint32_t bos = 0;
+  std::vector<uint32_t> token_bytes;
+  std::string hash;
+  std::string kind = "bpe";              // "bpe" (clocklm-trained) or "gpt2" (loaded from GPT-2 files)
+
+  // Append the BPE ids of one pre-split chunk to out.
+  void encode_chunk(std::string_view chunk, std::vector<uint32_t>& out) const;
+  // Encode a whole text with a caller-owned scratch/cache (see tokenizer.cpp).
+  struct Worker;
+  void encode_into(Worker& w, std::string_view text, std::vector<uint32_t>& out) const;
+  // JSON text of the clocklm format (canonical: the hash is computed over it).
+  std::string to_json() const;
+};
+
+// Build a Tokenizer from its parts: fills the derived tables (ranks, vocab, token_bytes, hash),
+// checking that every merge uses ids defined before it. Throws Error naming `what` on bad input.
+Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
+                          std::vector<std::array<uint32_t, 3>> merges,
+                          std::vector<std::pair<std::string, uint32_t>> specials, uint32_t bos,
+                          uint32_t vocab_size, const std::string& kind, const std::string& what);
+
+// GPT-2's encoder.json + vocab.bpe from a folder.
+Tokenizer load_gpt2(const std::string& dir);
+
+// Run fn(i, thread) for i in [0, n) on `threads` threads with dynamic scheduling.
+template <class F>
+void parallel_for(size_t n, int threads, F&& fn) {
+  if (threads < 1) threads = 1;
+  if (size_t(threads) > n) threads = int(n);
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr err;
+  std::atomic<bool> failed{false};
+  auto body = [&](int t) {
+    try {
+      for (size_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) fn(i, t);
+    } catch (...) {
+      if (!failed.exchange(true)) err = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+  body(0);
+  for (auto& th : pool) th.join();
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace clm

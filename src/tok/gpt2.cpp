@@ -1,0 +1,106 @@
+// GPT-2 compatibility: reads GPT-2's encoder.json (token string -> id) and vocab.bpe (merges in
+// rank order), undoing GPT-2's byte-to-unicode mapping so the tokenizer works on raw bytes and
+// produces exactly GPT-2's ids. BOS is <|endoftext|>.
+#include <filesystem>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/common.h"
+#include "tok/bpe.h"
+
+namespace clm {
+
+// GPT-2 shows every byte as a printable code point: bytes that are printable in Latin-1 ('!'..'~',
+// '¡'..'¬', '®'..'ÿ') stand for themselves, the other 68 map to U+0100.. in byte order.
+static void gpt2_byte_codepoints(uint32_t cp[256]) {
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    cp[b] = printable ? uint32_t(b) : uint32_t(256 + n++);
+  }
+}
+
+static std::string utf8_of(uint32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += char(c);
+  } else if (c < 0x800) {
+    s += char(0xC0 | (c >> 6));
+    s += char(0x80 | (c & 0x3F));
+  } else {
+    s += char(0xE0 | (c >> 12));
+    s += char(0x80 | ((c >> 6) & 0x3F));
+    s += char(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+Tokenizer load_gpt2(const std::string& dir) {
+  namespace fs = std::filesystem;
+  using nlohmann::json;
+  const std::string enc_path = (fs::path(dir) / "encoder.json").string();
+  const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
+  json enc;
+  try {
+    enc = json::parse(read_file(enc_path));
+  } catch (const json::exception& e) {
+    fail("malformed {}: {}", enc_path, e.what());
+  }
+  if (!enc.is_object() || enc.empty()) fail("malformed {}: expected an object of token -> id", enc_path);
+  std::unordered_map<std::string, uint32_t> ids;
+  uint32_t max_id = 0;
+  for (auto it = enc.begin(); it != enc.end(); ++it) {
+    if (!it.value().is_number_unsigned()) fail("malformed {}: id of {} is not a number", enc_path, it.key());
+    uint32_t id = it.value().get<uint32_t>();
+    ids[it.key()] = id;
+    max_id = std::max(max_id, id);
+  }
+  auto id_of = [&](const std::string& tok, size_t line) {
+    auto it = ids.find(tok);
+    if (it == ids.end()) fail("{} line {}: token '{}' is not in encoder.json", bpe_path, line, tok);
+    return it->second;
+  };
+
+  uint32_t cp[256];
+  gpt2_byte_codepoints(cp);
+  uint32_t byte_id[256];
+  std::vector<uint8_t> used(size_t(max_id) + 1, 0);
+  for (int b = 0; b < 256; ++b) {
+    auto it = ids.find(utf8_of(cp[b]));
+    if (it == ids.end()) fail("malformed {}: no token for byte {}", enc_path, b);
+    byte_id[b] = it->second;
+    used[it->second] = 1;
+  }
+
+  std::string text = read_file(bpe_path);
+  std::vector<std::array<uint32_t, 3>> merges;
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
+      fail("malformed {} line {}: expected two tokens separated by one space", bpe_path, line_no);
+    std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+    uint32_t c = id_of(a + b, line_no);
+    merges.push_back({id_of(a, line_no), id_of(b, line_no), c});
+    used[c] = 1;
+  }
+  // Whatever encoder.json holds beyond the bytes and merges is a special token (<|endoftext|>).
+  std::vector<std::pair<std::string, uint32_t>> specials;
+  for (auto& [tok, id] : ids)
+    if (!used[id]) specials.emplace_back(tok, id);
+  std::sort(specials.begin(), specials.end(), [](auto& x, auto& y) { return x.second < y.second; });
+  auto eot = ids.find("<|endoftext|>");
+  if (eot == ids.end()) fail("malformed {}: no <|endoftext|> token", enc_path);
+  return build_tokenizer(kGpt2Pattern, byte_id, std::move(merges), std::move(specials), eot->second,
+                         uint32_t(ids.size()), "gpt2", dir);
+}
+
+}  // namespace clm
