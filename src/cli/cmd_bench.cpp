@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
+#include "optim/optim.h"
 #include "exp/profiler.h"
 #include <map>
 
@@ -22,68 +23,20 @@ namespace clm {
 
 namespace {
 
-// Model shapes of the benchmark rows, until the config presets (issue 2, config.cpp) are on main.
-ModelConfig bench_model(const std::string& name) {
-  ModelConfig m;
-  if (name == "baseline-50m") {
-    m.n_layer = 8; m.d_model = 512; m.n_head = 8; m.n_kv_head = 8; m.head_dim = 64;
-    m.vocab_size = 32768;
-  } else if (name == "byte-11m") {
-    m.n_layer = 6; m.d_model = 384; m.n_head = 6; m.n_kv_head = 6; m.head_dim = 64;
-    m.vocab_size = 256;
-  } else if (name.size() >= 2 && name[0] == 'd' &&
-             name.find_first_not_of("0123456789", 1) == std::string::npos) {
-    int n = std::stoi(name.substr(1));
-    if (n < 1 || n > 64) fail("bench: depth preset '{}' out of range", name);
-    m.n_layer = n; m.d_model = 64 * n;
-    m.head_dim = (m.d_model >= 1024 && m.d_model % 128 == 0) ? 128 : 64;
-    m.n_head = m.n_kv_head = m.d_model / m.head_dim;
-    m.vocab_size = 32768;
-  } else {
-    fail("bench: unknown config '{}' (baseline-50m, byte-11m, d<N>)", name);
-  }
-  return m;
-}
-
-void apply_model_override(ModelConfig& m, const std::string& kv) {
-  auto eq = kv.find('=');
-  if (eq == std::string::npos) fail("bench: --set expects key=value, got '{}'", kv);
-  std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-  if (k.rfind("model.", 0) == 0) k = k.substr(6);
-  auto to_i = [&]() { try { return std::stoi(v); } catch (...) { fail("bench: bad value for {}: '{}'", k, v); } };
-  auto to_f = [&]() { try { return std::stof(v); } catch (...) { fail("bench: bad value for {}: '{}'", k, v); } };
-  auto to_b = [&]() {
-    if (v == "true" || v == "1") return true;
-    if (v == "false" || v == "0") return false;
-    fail("bench: bad boolean for {}: '{}'", k, v);
-  };
-  if (k == "n_layer") m.n_layer = to_i();
-  else if (k == "d_model") m.d_model = to_i();
-  else if (k == "n_head") m.n_head = to_i();
-  else if (k == "n_kv_head") m.n_kv_head = to_i();
-  else if (k == "head_dim") m.head_dim = to_i();
-  else if (k == "mlp_ratio") m.mlp_ratio = to_f();
-  else if (k == "activation") m.activation = v;
-  else if (k == "norm_gain") m.norm_gain = to_b();
-  else if (k == "qk_norm") m.qk_norm = to_b();
-  else if (k == "tie_embeddings") m.tie_embeddings = to_b();
-  else if (k == "logit_softcap") m.logit_softcap = to_f();
-  else if (k == "vocab_size") m.vocab_size = to_i();
-  else if (k == "rope_base") m.rope_base = to_f();
-  else fail("bench: unknown model key '{}'", k);
-}
-
 struct BenchArgs {
   std::string config;
   std::vector<std::string> sets;
   int batch = 4, seq = 256, steps = 5, warmup = 2, threads = 0;
   double ceiling = 0;
-  bool json = false, fp32 = false, profile = false;
+  bool json = false, fp32 = false, profile = false, no_optim = false;
 };
 
 void run_bench_train(const BenchArgs& a) {
-  ModelConfig mc = bench_model(a.config);
-  for (auto& s : a.sets) apply_model_override(mc, s);
+  RunConfig rc = load_config(a.config, a.sets);
+  // Presets like d<N> take the vocabulary from the dataset; synthetic tokens use a 32K vocabulary.
+  if (rc.model.vocab_size == 0) rc.model.vocab_size = 32768;
+  validate(rc);
+  ModelConfig& mc = rc.model;
   if (a.batch <= 0 || a.seq <= 0 || a.steps <= 0 || a.warmup < 0)
     fail("bench: batch, seq and steps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
@@ -92,6 +45,12 @@ void run_bench_train(const BenchArgs& a) {
   GPT model(mc, a.batch, a.seq);
   if (a.fp32) model.set_matmul_precision(MatPrec::F32);
   model.init_weights(1234);
+  std::unique_ptr<Optimizer> opt;
+  if (!a.no_optim) opt = std::make_unique<Optimizer>(model.params(), rc.optim);
+  std::string opt_desc = a.no_optim ? "none (forward+backward only)"
+                                    : fmt::format("matrix={} embed={} head={} scalar={}",
+                                                  rc.optim.matrix.kind, rc.optim.embed.kind,
+                                                  rc.optim.head.kind, rc.optim.scalar.kind);
   const int64_t N = int64_t(a.batch) * a.seq;
   std::vector<int32_t> in(N), tg(N);
   Rng rng(42);
@@ -101,7 +60,10 @@ void run_bench_train(const BenchArgs& a) {
   }
 
   Profiler prof;
-  if (a.profile) model.set_profiler(&prof);
+  if (a.profile) {
+    model.set_profiler(&prof);
+    if (opt) opt->set_profiler(&prof);
+  }
   double t_fwd = 0, t_bwd = 0, t_opt = 0, best_step = 1e30;
   float loss = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
@@ -111,7 +73,7 @@ void run_bench_train(const BenchArgs& a) {
     double t1 = now_seconds();
     model.backward(1.0f);
     double t2 = now_seconds();
-    // optimizer: not yet on main when this bench was written -> forward+backward only
+    if (opt) opt->step(1.0f);
     double t3 = now_seconds();
     if (s + 1 == a.warmup) prof.clear();
     if (s >= a.warmup) {
@@ -134,7 +96,7 @@ void run_bench_train(const BenchArgs& a) {
       {"threads", threads},
       {"steps", a.steps},
       {"matmul_precision", a.fp32 ? "fp32" : "bf16"},
-      {"optimizer", "none (forward+backward only)"},
+      {"optimizer", opt_desc},
       {"step_seconds", step},
       {"best_step_seconds", best_step},
       {"forward_seconds", t_fwd / a.steps},
@@ -168,7 +130,7 @@ void run_bench_train(const BenchArgs& a) {
   }
   std::printf("bench train  config=%s  params=%.2fM  batch=%dx%d  threads=%d  matmul=%s  optimizer=%s\n",
               a.config.c_str(), model.num_params() / 1e6, a.batch, a.seq, threads,
-              a.fp32 ? "fp32" : "bf16", "none (fwd+bwd only)");
+              a.fp32 ? "fp32" : "bf16", opt_desc.c_str());
   std::printf("  step %.1f ms (best %.1f)  = fwd %.1f + bwd %.1f + optim %.1f ms\n", step * 1e3,
               best_step * 1e3, t_fwd / a.steps * 1e3, t_bwd / a.steps * 1e3, t_opt / a.steps * 1e3);
   std::printf("  tokens/s %.0f   model GFLOP/s %.1f   ceiling %.0f GFLOP/s   fraction %.1f%%\n", tps,
@@ -182,8 +144,9 @@ void register_bench_commands(CLI::App& app) {
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchArgs>();
   auto* tr = bench->add_subcommand("train", "time full training steps on synthetic tokens");
-  tr->add_option("--config", args->config, "preset name")->required();
-  tr->add_option("--set", args->sets, "override key=value (repeatable)");
+  tr->add_option("--config", args->config, "preset name or config .json")->required();
+  tr->add_option("--set", args->sets,
+                 "override key=value (repeatable), e.g. optim.matrix.kind=adamw for all-AdamW");
   tr->add_option("--batch", args->batch, "rows per step")->capture_default_str();
   tr->add_option("--seq", args->seq, "tokens per row")->capture_default_str();
   tr->add_option("--steps", args->steps, "timed steps")->capture_default_str();
@@ -191,6 +154,7 @@ void register_bench_commands(CLI::App& app) {
   tr->add_option("--threads", args->threads, "worker threads (0 = default)");
   tr->add_option("--ceiling", args->ceiling,
                  "matmul ceiling in GFLOP/s (0 = measure a 2048^3 bf16 oneDNN matmul now)");
+  tr->add_flag("--no-optim", args->no_optim, "time forward+backward only");
   tr->add_flag("--fp32", args->fp32, "fp32 matmuls instead of bf16");
   tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
   tr->add_flag("--json", args->json, "print one JSON object");

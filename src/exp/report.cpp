@@ -249,6 +249,8 @@ static Table results_table(const std::vector<const RunData*>& runs, bool highlig
       {"tokens", [](const RunData& r) { return r.tokens(); }, [](double v) { return fmt_si(v, 2); }, 0},
       {"device time", [](const RunData& r) { return r.device_seconds(); }, [](double v) { return fmt_seconds(v); }, 0},
       {"tokens/s", [](const RunData& r) { return r.tokens_per_second(); }, [](double v) { return fmt_si(v, 1); }, +1},
+      {"model GFLOP/s", [](const RunData& r) { return r.model_flops_per_second(); }, [](double v) { return fmt_num(v / 1e9, 1); }, +1},
+      {"MFU (median)", [](const RunData& r) { return r.mfu(); }, [](double v) { return std::isnan(v) ? "-" : fmt::format("{:.1f}%", 100 * v); }, +1},
       {"params", [](const RunData& r) { return r.params(); }, [](double v) { return fmt_si(v, 1); }, 0},
   };
   for (auto& row : rows) {

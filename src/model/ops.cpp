@@ -43,6 +43,7 @@ void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t 
     const float* xr = x + r * C;
     float* yr = y + r * C;
     float ss = 0;
+#pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
     float s = 1.0f / std::sqrt(ss / float(C) + eps);
     if (rstd) rstd[r] = s;
@@ -69,10 +70,13 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
       float s = rstd[r];
       // d/dx_j [x_j s g_j] summed against dy: s*g_j*dy_j - x_j s^3/C * sum_i dy_i g_i x_i
       float dot = 0;
-      if (g)
+      if (g) {
+#pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < C; ++c) dot += dyr[c] * g[c] * xr[c];
-      else
+      } else {
+#pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < C; ++c) dot += dyr[c] * xr[c];
+      }
       float k = dot * s * s * s / float(C);
       if (g) {
         for (int64_t c = 0; c < C; ++c) dxr[c] += s * g[c] * dyr[c] - k * xr[c];
@@ -260,14 +264,20 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* z = logits + n * Vp;
-    if (capped)
+    if (capped) {
+#pragma omp simd
       for (int j = 0; j < V; ++j) z[j] = cap * vtanh(z[j] * inv);  // z now holds s
+    }
     float mx = -INFINITY;
-    int am = 0;
-    for (int j = 0; j < V; ++j)
-      if (z[j] > mx) { mx = z[j]; am = j; }
-    if (argmax) argmax[n] = am;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+    if (argmax) {
+      int am = 0;
+      while (am < V - 1 && z[am] != mx) ++am;  // first index of the maximum
+      argmax[n] = am;
+    }
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < V; ++j) sum += vexp(z[j] - mx);
     float lse = mx + std::log(sum);
     int32_t tg = targets ? targets[n] : -1;
@@ -277,6 +287,7 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
       std::memset(z, 0, sizeof(float) * Vp);
       continue;
     }
+#pragma omp simd
     for (int j = 0; j < V; ++j) {
       float s = z[j];
       float ds = vexp(s - lse) * grad_scale;

@@ -11,7 +11,7 @@ namespace clm {
 inline float vexp(float x) {
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.3f ? 88.3f : x;
-  float kf = __builtin_roundevenf(x * 1.44269504088896341f);
+  float kf = __builtin_rintf(x * 1.44269504088896341f);
   float r = x - kf * 0.693359375f;    // ln2 split in two parts for an exact first reduction
   r = r - kf * -2.12194440e-4f;
   float p = 1.3981999507e-3f;
@@ -21,9 +21,7 @@ inline float vexp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   int32_t k = int32_t(kf);
-  uint32_t bits = uint32_t(k + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
+  float scale = __builtin_bit_cast(float, (k + 127) << 23);
   return p * scale;
 }
 
