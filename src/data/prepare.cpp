@@ -312,8 +312,12 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
     std::string arena;
     std::vector<size_t> ends;
     CorpusStats st;
+    double train_input = 0;
+    for (const auto& f : train_files) train_input += f["size"].get<double>();
+    Progress gather("tokenizer text", train_input);
     train_src.read(
         [&](std::string_view d) {
+          if (!opt.quiet) gather.update(double(st.input_bytes), mb(double(arena.size())) + " gathered");
           if (d.empty() || (!separate_val && held_out(d, val_fraction))) return true;
           size_t room = size_t(opt.tokenizer_max_chars) - arena.size();
           arena.append(d.substr(0, std::min(room, d.size())));
@@ -321,6 +325,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
           return arena.size() < size_t(opt.tokenizer_max_chars);
         },
         &st);
+    if (!opt.quiet) gather.finish(mb(double(arena.size())) + " of training text for the tokenizer");
     if (arena.empty()) fail("prepare: no training text to train the tokenizer on");
     std::vector<std::string_view> docs;
     docs.reserve(ends.size());
