@@ -254,6 +254,26 @@ TEST(DataPrepare, FailuresLeaveNothingBehind) {
   fs::remove_all(c.dir);
 }
 
+TEST(DataPrepare, DatasetOpenChecksTheTokenizer) {
+  Corpus c = make_corpus("prep_open");
+  prepare_dataset(base_opts(c));
+  fs::path ds = c.dir / "ds";
+  nlohmann::json m = nlohmann::json::parse(read_file((ds / "manifest.json").string()));
+  std::string good = m.dump();
+  m["tokenizer"]["hash"] = "0123456789abcdef";
+  atomic_write((ds / "manifest.json").string(), m.dump());
+  try {
+    Dataset::open(ds.string());
+    ADD_FAILURE() << "a tokenizer that is not the manifest's was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0123456789abcdef"), std::string::npos) << e.what();
+  }
+  atomic_write((ds / "manifest.json").string(), good);
+  fs::remove(ds / "tokenizer.json");
+  EXPECT_THROW(Dataset::open(ds.string()), Error);
+  fs::remove_all(c.dir);
+}
+
 TEST(DataPrepare, LoaderReadsAPreparedDataset) {
   Corpus c = make_corpus("prep_loader");
   prepare_dataset(base_opts(c));
