@@ -224,7 +224,7 @@ void GPTImpl::build() {
 
   // ---- activations ----
   const int64_t N = int64_t(max_B) * max_T;
-  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 23) / Vp));
+  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 25) / Vp));  // <= 128 MiB of logits
   int64_t total = 0;
   std::vector<std::pair<float**, int64_t>> plan;
   auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
