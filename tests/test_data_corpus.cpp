@@ -70,7 +70,7 @@ TEST(DataCorpus, JsonLineParser) {
 TEST(DataCorpus, ReadsAllFormatsAndCountsMalformed) {
   auto d = temp_dir("corpus_formats");
   write_raw(d / "a.txt", "whole file\nis one document\n");
-  write_raw(d / "b.jsonl", "{\"text\": \"b1\"}\n\n{\"text\": \"b2\"}\n{broken\n{\"text\": \"b3\"}");
+  write_raw(d / "b.jsonl", "\xEF\xBB\xBF{\"text\": \"b1\"}\n\n{\"text\": \"b2\"}\n{broken\n{\"text\": \"b3\"}");
   write_zst(d / "c.jsonl.zst", "{\"text\": \"c1\"}\n{\"text\": 7}\n{\"text\": \"c2\"}\n");
   write_gz(d / "d.jsonl.gz", "{\"text\": \"d1\"}\n{\"text\": \"d2\"}\n");
   write_raw(d / "ignored.md", "not a corpus file");

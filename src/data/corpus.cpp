@@ -439,6 +439,7 @@ static bool read_jsonl_file(const std::string& path, Compression c,
   bool at_eof = false;
   auto handle = [&](std::string_view line) -> bool {
     ++line_no;
+    if (line_no == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);  // UTF-8 byte order mark
     JsonLineResult r = parse_jsonl_text(line, text);
     if (r == JsonLineResult::blank) return true;
     if (r == JsonLineResult::malformed) {

@@ -287,7 +287,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
       const nlohmann::json& op = old.contains("preparation") ? old["preparation"] : nlohmann::json::object();
       for (auto& [k, v] : key.items())
         if (!op.contains(k) || op[k] != v) diffs.push_back(k);
-      fail("prepare: {} already holds a different preparation ({} differ); pass --force to replace it", opt.out,
+      fail("prepare: {} already holds a different preparation (changed: {}); pass --force to replace it", opt.out,
            fmt::join(diffs, ", "));
     }
   }
@@ -312,8 +312,12 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
     std::string arena;
     std::vector<size_t> ends;
     CorpusStats st;
+    double train_input = 0;
+    for (const auto& f : train_files) train_input += f["size"].get<double>();
+    Progress gather("tokenizer text", train_input);
     train_src.read(
         [&](std::string_view d) {
+          if (!opt.quiet) gather.update(double(st.input_bytes), mb(double(arena.size())) + " gathered");
           if (d.empty() || (!separate_val && held_out(d, val_fraction))) return true;
           size_t room = size_t(opt.tokenizer_max_chars) - arena.size();
           arena.append(d.substr(0, std::min(room, d.size())));
@@ -321,6 +325,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
           return arena.size() < size_t(opt.tokenizer_max_chars);
         },
         &st);
+    if (!opt.quiet) gather.finish(mb(double(arena.size())) + " of training text for the tokenizer");
     if (arena.empty()) fail("prepare: no training text to train the tokenizer on");
     std::vector<std::string_view> docs;
     docs.reserve(ends.size());
@@ -474,8 +479,9 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   if (writers[1].documents == 0)
     fail("prepare: the validation split is empty; {}",
          separate_val ? "the --val inputs hold no documents"
-                      : fmt::format("no document was held out with --val-fraction {} (use a larger fraction, "
-                                    "more documents, or --val)", val_fraction));
+                      : fmt::format("none of the {} documents was held out with --val-fraction {} (a .txt file "
+                                    "is one document; use a larger fraction, more documents, or --val FILE)",
+                                    writers[0].documents, val_fraction));
 
   // ---- manifest -----------------------------------------------------------------------------
   int64_t malformed = stats[0].malformed_lines + stats[1].malformed_lines;
