@@ -89,6 +89,7 @@ void register_engine_commands(CLI::App& app) {
     cmd->add_option("--out", o->out_dir, "Run directory to create (RUN)");
     cmd->add_option("--resume", o->resume_dir, "Continue the run in RUN from its latest checkpoint");
     cmd->add_flag("--profile", o->profile, "Profile three steps into RUN/profile/");
+    cmd->add_option("--core", o->core_bundle, "Also score CORE at the end with this bundle folder");
     cmd->add_option("--stop-after-steps", o->stop_after_steps,
                     "Checkpoint and stop after this many steps of this session (to test or split a run)");
     cmd->add_flag("--quiet", o->quiet, "No live progress line");

@@ -18,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/bpb.h"
+#include "eval/core.h"
 #include "exp/profile_report.h"
 #include "exp/profiler.h"
 #include "exp/progress.h"
@@ -453,6 +454,12 @@ TrainResult train(const TrainOptions& o) {
       {"threads", threads},
       {"wall_seconds", now_seconds() - t_start},
   };
+  if (!o.core_bundle.empty()) {
+    CoreOptions co;
+    co.bundle = o.core_bundle;
+    co.progress = !o.quiet;
+    summary["core"] = eval_core(model, dataset.tokenizer, co);
+  }
   write_json_file((fs::path(run_dir) / "summary.json").string(), summary);
   res.finished = true;
   res.val_bpb = final_val.bpb;
