@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_tok_util.h"
+#include "tok/bpe.h"
 #include "tok/tokenizer.h"
 #include "tok/train.h"
 
@@ -291,4 +292,29 @@ TEST(Tok, CommandLine) {
   EXPECT_NE(read_file(d + "/err.txt").find("clocklm: error: malformed token id"), std::string::npos);
   EXPECT_NE(std::system((bin + " tokenizer encode --tokenizer " + d + "/nope < /dev/null > /dev/null 2>&1").c_str()), 0);
   fs::remove_all(dir);
+}
+
+// The ASCII fast paths of the pre-split must give exactly PCRE2's chunks. Random short strings from
+// an alphabet of the characters each alternative of the two patterns cares about.
+TEST(Tok, PreSplitFastPathEqualsPcre2) {
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "s", "S", "l", "L", "e", "E", "v", "r", "d", "m", "t", "T", "k", "0", "9", "'", "'", " ",
+      " ", "  ", "\t", "\n", "\r", "\v", "\f", "\x1c", "\x1f", "\x7f", ".", "!", "_", "-", "\"", "é", "ſ",
+      "\u212a", "\u00a0", "\u0085", "\u2028", "\u3000", "٣", "字", "🙂", "\u0301", "\x80", "\xff"};
+  for (const char* pattern : {kGpt4Pattern, kGpt2Pattern}) {
+    PreSplitter fast(pattern), slow(pattern, /*allow_fast_path=*/false);
+    ASSERT_NE(fast.fast, 0);
+    ASSERT_EQ(slow.fast, 0);
+    SplitScratch fs_(fast), ss_(slow);
+    Rng rng(42);
+    for (int trial = 0; trial < 20000; ++trial) {
+      std::string s;
+      size_t len = rng.next() % 24;
+      for (size_t i = 0; i < len; ++i) s += alphabet[rng.next() % alphabet.size()];
+      std::vector<std::string> a, b;
+      pre_split(fs_, s, [&](std::string_view c) { a.emplace_back(c); });
+      pre_split(ss_, s, [&](std::string_view c) { b.emplace_back(c); });
+      ASSERT_EQ(a, b) << "pattern " << pattern << " differs on a string of " << s.size() << " bytes";
+    }
+  }
 }
