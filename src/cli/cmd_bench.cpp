@@ -1,6 +1,164 @@
-// Subcommands of the bench area (placeholder until the engine issue fills it in).
+// `clocklm bench train`: times full training steps of a config on synthetic tokens (no data needed)
+// and reports tokens/s, model FLOP/s and the fraction of this machine's measured bf16 matmul
+// ceiling. Per-phase times (forward, backward, optimizer) show where a step goes.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
 #include "cli/commands.h"
+#include "core/common.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/matmul.h"
+#include "optim/optim.h"
+#include "exp/profiler.h"
+#include <map>
 
 namespace clm {
-void register_bench_commands(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  int batch = 4, seq = 256, steps = 5, warmup = 2, threads = 0;
+  double ceiling = 0;
+  bool json = false, fp32 = false, profile = false, no_optim = false;
+};
+
+void run_bench_train(const BenchArgs& a) {
+  RunConfig rc = load_config(a.config, a.sets);
+  // Presets like d<N> take the vocabulary from the dataset; synthetic tokens use a 32K vocabulary.
+  if (rc.model.vocab_size == 0) rc.model.vocab_size = 32768;
+  validate(rc);
+  ModelConfig& mc = rc.model;
+  if (a.batch <= 0 || a.seq <= 0 || a.steps <= 0 || a.warmup < 0)
+    fail("bench: batch, seq and steps must be positive");
+  int threads = a.threads > 0 ? a.threads : default_threads();
+  omp_set_num_threads(threads);
+
+  GPT model(mc, a.batch, a.seq);
+  if (a.fp32) model.set_matmul_precision(MatPrec::F32);
+  model.init_weights(1234);
+  std::unique_ptr<Optimizer> opt;
+  if (!a.no_optim) opt = std::make_unique<Optimizer>(model.params(), rc.optim);
+  std::string opt_desc = a.no_optim ? "none (forward+backward only)"
+                                    : fmt::format("matrix={} embed={} head={} scalar={}",
+                                                  rc.optim.matrix.kind, rc.optim.embed.kind,
+                                                  rc.optim.head.kind, rc.optim.scalar.kind);
+  const int64_t N = int64_t(a.batch) * a.seq;
+  std::vector<int32_t> in(N), tg(N);
+  Rng rng(42);
+  for (int64_t i = 0; i < N; ++i) {
+    in[i] = int32_t(rng.next() % uint64_t(mc.vocab_size));
+    tg[i] = int32_t(rng.next() % uint64_t(mc.vocab_size));
+  }
+
+  Profiler prof;
+  if (a.profile) {
+    model.set_profiler(&prof);
+    if (opt) opt->set_profiler(&prof);
+  }
+  double t_fwd = 0, t_bwd = 0, t_opt = 0, best_step = 1e30;
+  float loss = 0;
+  for (int s = 0; s < a.warmup + a.steps; ++s) {
+    double t0 = now_seconds();
+    model.zero_grad();
+    loss = model.forward(in.data(), tg.data(), a.batch, a.seq);
+    double t1 = now_seconds();
+    model.backward(1.0f);
+    double t2 = now_seconds();
+    if (opt) opt->step(1.0f);
+    double t3 = now_seconds();
+    if (s + 1 == a.warmup) prof.clear();
+    if (s >= a.warmup) {
+      t_fwd += t1 - t0;
+      t_bwd += t2 - t1;
+      t_opt += t3 - t2;
+      best_step = std::min(best_step, t3 - t0);
+    }
+  }
+  double step = (t_fwd + t_bwd + t_opt) / a.steps;
+  double tps = double(N) / step;
+  double fpt = model.flops_per_token(a.seq);
+  double mflops = tps * fpt;
+  double ceiling = a.ceiling > 0 ? a.ceiling : measure_matmul_ceiling_gflops();
+  nlohmann::json j = {
+      {"config", a.config},
+      {"params", model.num_params()},
+      {"batch", a.batch},
+      {"seq", a.seq},
+      {"threads", threads},
+      {"steps", a.steps},
+      {"matmul_precision", a.fp32 ? "fp32" : "bf16"},
+      {"optimizer", opt_desc},
+      {"step_seconds", step},
+      {"best_step_seconds", best_step},
+      {"forward_seconds", t_fwd / a.steps},
+      {"backward_seconds", t_bwd / a.steps},
+      {"optimizer_seconds", t_opt / a.steps},
+      {"tokens_per_second", tps},
+      {"flops_per_token", fpt},
+      {"model_flops_per_second", mflops},
+      {"matmul_ceiling_gflops", ceiling},
+      {"fraction_of_ceiling", mflops / (ceiling * 1e9)},
+      {"loss", loss},
+  };
+  if (a.profile) {  // per-op totals over the timed steps
+    struct Agg { double t = 0, fl = 0, by = 0; int n = 0; };
+    std::map<std::string, Agg> agg;
+    for (auto& e : prof.events) {
+      auto& g = agg[std::string(e.name) + "/" + e.phase];
+      g.t += e.end - e.start; g.fl += e.flops; g.by += e.bytes; g.n++;
+    }
+    std::vector<std::pair<std::string, Agg>> rows(agg.begin(), agg.end());
+    std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second.t > y.second.t; });
+    double tot = (t_fwd + t_bwd + t_opt);
+    std::fprintf(stderr, "%-26s %9s %6s %9s %8s\n", "op/phase", "ms/step", "%", "GFLOP/s", "GB/s");
+    for (auto& [k, g] : rows)
+      std::fprintf(stderr, "%-26s %9.2f %6.1f %9.1f %8.1f\n", k.c_str(), g.t / a.steps * 1e3,
+                   100 * g.t / tot, g.fl / g.t / 1e9, g.by / g.t / 1e9);
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench train  config=%s  params=%.2fM  batch=%dx%d  threads=%d  matmul=%s  optimizer=%s\n",
+              a.config.c_str(), model.num_params() / 1e6, a.batch, a.seq, threads,
+              a.fp32 ? "fp32" : "bf16", opt_desc.c_str());
+  std::printf("  step %.1f ms (best %.1f)  = fwd %.1f + bwd %.1f + optim %.1f ms\n", step * 1e3,
+              best_step * 1e3, t_fwd / a.steps * 1e3, t_bwd / a.steps * 1e3, t_opt / a.steps * 1e3);
+  std::printf("  tokens/s %.0f   model GFLOP/s %.1f   ceiling %.0f GFLOP/s   fraction %.1f%%\n", tps,
+              mflops / 1e9, ceiling, 100.0 * mflops / (ceiling * 1e9));
+}
+
+}  // namespace
+
+void register_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "benchmarks of this machine and build");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchArgs>();
+  auto* tr = bench->add_subcommand("train", "time full training steps on synthetic tokens");
+  tr->add_option("--config", args->config, "preset name or config .json")->required();
+  tr->add_option("--set", args->sets,
+                 "override key=value (repeatable), e.g. optim.matrix.kind=adamw for all-AdamW");
+  tr->add_option("--batch", args->batch, "rows per step")->capture_default_str();
+  tr->add_option("--seq", args->seq, "tokens per row")->capture_default_str();
+  tr->add_option("--steps", args->steps, "timed steps")->capture_default_str();
+  tr->add_option("--warmup", args->warmup, "untimed steps first")->capture_default_str();
+  tr->add_option("--threads", args->threads, "worker threads (0 = default)");
+  tr->add_option("--ceiling", args->ceiling,
+                 "matmul ceiling in GFLOP/s (0 = measure a 2048^3 bf16 oneDNN matmul now)");
+  tr->add_flag("--no-optim", args->no_optim, "time forward+backward only");
+  tr->add_flag("--fp32", args->fp32, "fp32 matmuls instead of bf16");
+  tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
+  tr->add_flag("--json", args->json, "print one JSON object");
+  tr->callback([args] { run_bench_train(*args); });
+}
+
 }  // namespace clm

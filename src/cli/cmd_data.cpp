@@ -1,6 +1,92 @@
-// Subcommands of the data area (placeholder until that area's issue fills it in).
+// Subcommands of the data area: `prepare` (corpus -> tokenizer + token shards + manifest) and
+// `data inspect` (summarise and validate a prepared folder). Logic lives in data/prepare.cpp.
+#include <omp.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include "cli/commands.h"
+#include "core/common.h"
+#include "data/dataset.h"
+#include "data/prepare.h"
+#include "data/preset.h"
 
 namespace clm {
-void register_data_commands(CLI::App& app) { (void)app; }
+
+static void inspect(const std::string& dir, bool verify) {
+  DatasetInfo info = read_dataset_info(dir);
+  const auto& m = info.manifest;
+  std::printf("dataset %s (clocklm %s, created %s)\n", dir.c_str(), m.value("clocklm_version", "?").c_str(),
+              m.value("created", "?").c_str());
+  std::printf("tokenizer: vocab %u, bos %u, hash %s\n", info.vocab_size, info.bos_id, info.tokenizer_hash.c_str());
+  for (const char* split : {"train", "val"}) {
+    const auto& s = m["splits"][split];
+    uint64_t tokens = 0, bos = 0, bad = 0;
+    for (const std::string& p : info.shards(split)) {
+      Shard sh = Shard::open(p);
+      if (sh.vocab_size != info.vocab_size)
+        fail("{} was written for vocab_size {}, the dataset's is {}", p, sh.vocab_size, info.vocab_size);
+      tokens += sh.size();
+      if (verify) {
+        if (sh.size() > 0 && sh.at(0) != info.bos_id) fail("{} does not start with BOS", p);
+        for (uint64_t i = 0; i < sh.size(); ++i) {
+          uint32_t t = sh.at(i);
+          bos += t == info.bos_id;
+          bad += t >= info.vocab_size;
+        }
+      }
+    }
+    if (tokens != s.value("tokens", uint64_t(0)))
+      fail("{} split: shards hold {} tokens, manifest says {}", split, tokens, s.value("tokens", uint64_t(0)));
+    if (verify && bos != s.value("documents", uint64_t(0)))
+      fail("{} split: shards hold {} BOS tokens, manifest says {} documents", split, bos, s.value("documents", uint64_t(0)));
+    if (verify && bad) fail("{} split: {} token ids are outside the vocabulary", split, bad);
+    std::printf("%-5s: %zu shards, %llu documents, %.1f MB of text, %llu tokens (%.2f bytes/token)\n", split,
+                info.shards(split).size(), (unsigned long long)s.value("documents", uint64_t(0)),
+                s.value("bytes", 0.0) / 1e6, (unsigned long long)tokens,
+                tokens ? s.value("bytes", 0.0) / double(tokens - s.value("documents", uint64_t(0))) : 0.0);
+  }
+  std::printf("malformed JSON lines: %lld\n", (long long)m.value("malformed_lines", int64_t(0)));
+  std::printf(verify ? "verified: headers, sizes, token ids and document counts match the manifest\n"
+                     : "headers and sizes match the manifest (--verify also checks every token)\n");
+}
+
+void register_data_commands(CLI::App& app) {
+  auto opt = std::make_shared<PrepareOptions>();
+  std::string preset_help = "build the corpus from a built-in preset of Debian-packaged text:";
+  for (const Preset& p : presets()) preset_help += " " + p.name + " (" + p.description + ")";
+  CLI::App* prep = app.add_subcommand(
+      "prepare", "Tokenize a corpus into a dataset folder: tokenizer.json, train/val shards, manifest.json");
+  prep->add_option("--input,-i", opt->inputs, "training text: .txt/.jsonl/.jsonl.zst/.jsonl.gz files, folders or globs (repeatable)");
+  prep->add_option("--val", opt->val_inputs, "separate validation text (files, folders, globs; repeatable)");
+  prep->add_option("--val-fraction", opt->val_fraction,
+                   "hold out this fraction of documents for validation, chosen by a hash of their content (default 0.01; presets set their own)");
+  prep->add_option("--vocab-size", opt->vocab_size, "train a BPE tokenizer with this many tokens (default 32768; presets set their own)");
+  prep->add_option("--tokenizer", opt->tokenizer, "use this tokenizer (clocklm file or folder, or a GPT-2 folder with encoder.json + vocab.bpe)");
+  prep->add_option("--tokenizer-max-chars", opt->tokenizer_max_chars, "train the tokenizer on at most this many bytes of training text")
+      ->capture_default_str();
+  prep->add_option("--out,-o", opt->out, "output folder")->required();
+  prep->add_option("--shard-tokens", opt->shard_tokens, "tokens per shard (a shard never splits a document)")->capture_default_str();
+  prep->add_flag("--force", opt->force, "replace a different preparation already in --out");
+  prep->add_option("--preset", opt->preset, preset_help);
+  prep->add_option("--threads", opt->threads, "worker threads (default: all cores, or CLOCKLM_THREADS)");
+  prep->add_flag("--quiet,-q", opt->quiet, "no progress output");
+  prep->callback([opt] {
+    if (opt->threads > 0) {
+      setenv("CLOCKLM_THREADS", std::to_string(opt->threads).c_str(), 1);
+      omp_set_num_threads(opt->threads);
+    }
+    prepare_dataset(*opt);
+  });
+
+  CLI::App* data = app.add_subcommand("data", "Inspect prepared datasets");
+  data->require_subcommand(1);
+  auto dir = std::make_shared<std::string>();
+  auto verify = std::make_shared<bool>(false);
+  CLI::App* insp = data->add_subcommand("inspect", "Summarise a prepared dataset folder and check its shards against the manifest");
+  insp->add_option("dir", *dir, "dataset folder")->required();
+  insp->add_flag("--verify", *verify, "also read every token (ids in range, one BOS per document)");
+  insp->callback([dir, verify] { inspect(*dir, *verify); });
+}
+
 }  // namespace clm

@@ -114,7 +114,8 @@ struct ByteSource {
 struct PlainSource : ByteSource {
   std::string path;
   int fd = -1;
-  explicit PlainSource(const std::string& p) : path(p) {
+  int64_t* counter;
+  explicit PlainSource(const std::string& p, int64_t* c = nullptr) : path(p), counter(c) {
     fd = ::open(p.c_str(), O_RDONLY);
     if (fd < 0) fail("cannot open {}: {}", p, std::strerror(errno));
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -123,7 +124,10 @@ struct PlainSource : ByteSource {
   size_t read(char* buf, size_t n) override {
     for (;;) {
       ssize_t r = ::read(fd, buf, n);
-      if (r >= 0) return size_t(r);
+      if (r >= 0) {
+        if (counter) *counter += r;
+        return size_t(r);
+      }
       if (errno != EINTR) fail("cannot read {}: {}", path, std::strerror(errno));
     }
   }
@@ -136,7 +140,7 @@ struct ZstdSource : ByteSource {
   ZSTD_inBuffer ib{nullptr, 0, 0};
   bool eof = false;
   size_t last_ret = 0;  // 0 when the last frame was complete
-  explicit ZstdSource(const std::string& p) : raw(p), ds(ZSTD_createDStream()), in(ZSTD_DStreamInSize() * 8) {
+  explicit ZstdSource(const std::string& p, int64_t* c) : raw(p, c), ds(ZSTD_createDStream()), in(ZSTD_DStreamInSize() * 8) {
     ZSTD_initDStream(ds);
     ib.src = in.data();
   }
@@ -162,7 +166,9 @@ struct ZstdSource : ByteSource {
 struct GzipSource : ByteSource {
   std::string path;
   gzFile f;
-  explicit GzipSource(const std::string& p) : path(p) {
+  int64_t* counter;
+  int64_t offset = 0;
+  explicit GzipSource(const std::string& p, int64_t* c) : path(p), counter(c) {
     f = gzopen(p.c_str(), "rb");
     if (!f) fail("cannot open {}: {}", p, std::strerror(errno));
     gzbuffer(f, 1 << 20);
@@ -174,19 +180,42 @@ struct GzipSource : ByteSource {
     const char* msg = gzerror(f, &err);
     if (r < 0 || (err != Z_OK && err != Z_STREAM_END))
       fail("corrupt or truncated gzip data in {}: {}", path, msg ? msg : "unknown error");
+    if (counter) {
+      int64_t off = int64_t(gzoffset(f));
+      *counter += off - offset;
+      offset = off;
+    }
     return size_t(r);
   }
 };
 
-std::unique_ptr<ByteSource> open_source(const std::string& path, Compression c) {
+std::unique_ptr<ByteSource> open_source(const std::string& path, Compression c, int64_t* counter) {
   switch (c) {
-    case Compression::zstd: return std::make_unique<ZstdSource>(path);
-    case Compression::gzip: return std::make_unique<GzipSource>(path);
-    default: return std::make_unique<PlainSource>(path);
+    case Compression::zstd: return std::make_unique<ZstdSource>(path, counter);
+    case Compression::gzip: return std::make_unique<GzipSource>(path, counter);
+    default: return std::make_unique<PlainSource>(path, counter);
+  }
+}
+
+std::string read_all(ByteSource& src) {
+  std::string doc;
+  for (;;) {
+    size_t old = doc.size();
+    doc.resize(old + kReadChunk);
+    size_t r = src.read(doc.data() + old, kReadChunk);
+    doc.resize(old + r);
+    if (r == 0) return doc;
   }
 }
 
 }  // namespace
+
+std::string read_corpus_file(const std::string& path, int64_t* input_bytes) {
+  Compression c = ends_with(path, ".gz") ? Compression::gzip
+                  : ends_with(path, ".zst") ? Compression::zstd : Compression::none;
+  auto src = open_source(path, c, input_bytes);
+  return read_all(*src);
+}
 
 // ---- JSON line scanner --------------------------------------------------------------------
 
@@ -232,6 +261,16 @@ struct JsonScan {
     ++p;
     for (;;) {
       const char* s = p;
+      // 8 bytes at a time while none of them is a quote, a backslash or a control character.
+      constexpr uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+      while (end - p >= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+        uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | ((v - ones * 0x20) & ~v);
+        if (hit & highs) break;
+        p += 8;
+      }
       while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) ++p;
       if (out) out->append(s, size_t(p - s));
       if (p >= end || (unsigned char)*p < 0x20) return false;
@@ -383,17 +422,8 @@ JsonLineResult parse_jsonl_text(std::string_view line, std::string& text) {
 // Returns false when fn asked to stop.
 static bool read_text_file(const std::string& path, Compression c,
                            const std::function<bool(std::string_view)>& fn, CorpusStats& st) {
-  auto src = open_source(path, c);
-  std::string doc;
-  std::error_code ec;
-  if (c == Compression::none) doc.reserve(size_t(fs::file_size(path, ec)));
-  for (;;) {
-    size_t old = doc.size();
-    doc.resize(old + kReadChunk);
-    size_t r = src->read(doc.data() + old, kReadChunk);
-    doc.resize(old + r);
-    if (r == 0) break;
-  }
+  auto src = open_source(path, c, &st.input_bytes);
+  std::string doc = read_all(*src);
   st.documents++;
   st.bytes += int64_t(doc.size());
   return fn(doc);
@@ -401,7 +431,7 @@ static bool read_text_file(const std::string& path, Compression c,
 
 static bool read_jsonl_file(const std::string& path, Compression c,
                             const std::function<bool(std::string_view)>& fn, CorpusStats& st) {
-  auto src = open_source(path, c);
+  auto src = open_source(path, c, &st.input_bytes);
   std::string buf(2 * kReadChunk, '\0');
   size_t begin = 0, filled = 0;
   int64_t line_no = 0;

@@ -14,6 +14,7 @@ struct CorpusStats {
   int64_t files = 0, documents = 0, bytes = 0, malformed_lines = 0;
   std::string first_malformed;                       // "file:line" of the first malformed line
   std::map<std::string, int64_t> malformed_per_file;  // only files with malformed lines
+  int64_t input_bytes = 0;  // bytes of the files read so far, as stored (compressed), for progress
 };
 
 // Expand files/folders/globs into a sorted list of input files; throws Error if one names nothing.
@@ -36,5 +37,8 @@ CorpusFileKind corpus_file_kind(std::string_view path);
 // whitespace-only line; `malformed` for invalid JSON, a non-object, or a missing/non-string "text".
 enum class JsonLineResult { ok, blank, malformed };
 JsonLineResult parse_jsonl_text(std::string_view line, std::string& text);
+
+// Read a whole file, decompressing it when its name ends in .gz or .zst. Throws Error naming it.
+std::string read_corpus_file(const std::string& path, int64_t* input_bytes = nullptr);
 
 }  // namespace clm

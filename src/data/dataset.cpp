@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -58,21 +59,27 @@ ShardWriter::~ShardWriter() {
 }
 
 void ShardWriter::append(const uint32_t* tokens, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t t = tokens[i];
-    if (t >= vocab_size) fail("cannot write shard {}: token id {} >= vocab_size {}", path, t, vocab_size);
+  while (n > 0) {
+    size_t take = std::min<size_t>(n, 1 << 20);
+    uint32_t mx = 0;
+    for (size_t i = 0; i < take; ++i) mx = std::max(mx, tokens[i]);
+    if (mx >= vocab_size) fail("cannot write shard {}: token id {} >= vocab_size {}", path, mx, vocab_size);
+    size_t old = buf.size();
+    buf.resize(old + take * width);
     if (width == 2) {
-      uint16_t v = uint16_t(t);
-      buf.insert(buf.end(), (const char*)&v, (const char*)&v + 2);
+      uint16_t* d = reinterpret_cast<uint16_t*>(buf.data() + old);  // buf holds only whole tokens
+      for (size_t i = 0; i < take; ++i) d[i] = uint16_t(tokens[i]);
     } else {
-      buf.insert(buf.end(), (const char*)&t, (const char*)&t + 4);
+      std::memcpy(buf.data() + old, tokens, take * 4);
     }
     if (buf.size() >= (1u << 22)) {
       write_all(fd, buf.data(), buf.size(), tmp);
       buf.clear();
     }
+    tokens += take;
+    n -= take;
+    n_tokens += take;
   }
-  n_tokens += n;
 }
 
 void ShardWriter::finish() {

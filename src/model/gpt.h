@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/matmul.h"
 
 namespace clm {
 
@@ -46,6 +47,18 @@ struct GPT {
   double flops_per_token(int T) const;  // training FLOPs (fwd+bwd) per token incl. attention
   const ModelConfig& config() const;
   void set_profiler(Profiler* p);
+
+  // --- additions by the engine (see docs/MODEL.md) ---
+  // Matmul precision: BF16 (default; bf16 inputs, fp32 accumulation) or F32 (gradient checks).
+  void set_matmul_precision(MatPrec p);
+  MatPrec matmul_precision() const;
+  // With gradients disabled, forward skips the fused head backward (use for evaluation; 3x less
+  // head work). backward() then refuses to run. Default: enabled.
+  void set_grad_enabled(bool on);
+  // Tell the model its fp32 weights were modified in place outside init_weights/zero_grad/backward
+  // (e.g. loaded from a checkpoint after a forward), so the bf16 copy is refreshed.
+  void weights_changed();
+
   GPTImpl* impl = nullptr;
 };
 

@@ -1,0 +1,228 @@
+// Causal grouped-query attention, tiled with an online softmax (FlashAttention-style) on the CPU.
+// Forward: each (batch, head, query tile) task streams key/value tiles, keeping a running max and
+// sum per query row, so only a QT x KT score tile exists at a time. It saves the log-sum-exp per
+// row. Backward recomputes each probability tile from q, k and that log-sum-exp; it runs one task
+// per (batch, kv head), looping serially over the query heads of the group, so every gradient
+// element is summed by one thread in a fixed order (deterministic, no atomics).
+//
+// Every tile product is one shape: out[m][0:W] (+)= sum_k a(m,k) * Brow_k[0:W], with W the key tile
+// (64) or head_dim. bcast_fma() does it with AVX-512 register blocking (several rows share each
+// loaded B vector) when W is a multiple of 16, and with plain loops otherwise.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include "model/ops.h"
+#include "model/vmath.h"
+
+namespace clm {
+
+namespace {
+
+constexpr int QT = 64;  // query rows per tile
+constexpr int KT = 64;  // keys per tile (the vectorised dimension of the score tile)
+
+// out[m*ldo + 0:W] = (zero ? 0 : out) + sum_{k<K} A[m*a_sm + k*a_sk] * B[k*ldb + 0:W], m < M.
+template <int W>
+void bcast_fma_fixed(float* __restrict out, int ldo, const float* __restrict A, int a_sm, int a_sk,
+                     const float* __restrict B, int ldb, int M, int K, bool zero) {
+  constexpr int NV = W / 16;
+  constexpr int MR = NV <= 2 ? 6 : (NV <= 4 ? 4 : 2);  // accumulators + B vectors fit 32 zmm
+  int m = 0;
+  for (; m + MR <= M; m += MR) {
+    __m512 acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v)
+        acc[i][v] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out + (m + i) * ldo + v * 16);
+    for (int k = 0; k < K; ++k) {
+      __m512 b[NV];
+      for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * ldb + v * 16);
+      for (int i = 0; i < MR; ++i) {
+        __m512 a = _mm512_set1_ps(A[(m + i) * a_sm + k * a_sk]);
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(a, b[v], acc[i][v]);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + (m + i) * ldo + v * 16, acc[i][v]);
+  }
+  for (; m < M; ++m) {
+    __m512 acc[NV];
+    for (int v = 0; v < NV; ++v)
+      acc[v] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out + m * ldo + v * 16);
+    for (int k = 0; k < K; ++k) {
+      __m512 a = _mm512_set1_ps(A[m * a_sm + k * a_sk]);
+      for (int v = 0; v < NV; ++v)
+        acc[v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(B + k * ldb + v * 16), acc[v]);
+    }
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + m * ldo + v * 16, acc[v]);
+  }
+}
+
+void bcast_fma_generic(float* out, int ldo, const float* A, int a_sm, int a_sk, const float* B,
+                       int ldb, int M, int K, int W, bool zero) {
+  for (int m = 0; m < M; ++m) {
+    float* o = out + m * ldo;
+    if (zero)
+      for (int w = 0; w < W; ++w) o[w] = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      float a = A[m * a_sm + k * a_sk];
+      const float* b = B + k * ldb;
+      for (int w = 0; w < W; ++w) o[w] += a * b[w];
+    }
+  }
+}
+
+void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const float* B, int ldb,
+               int M, int K, int W, bool zero) {
+  switch (W) {
+    case 16: return bcast_fma_fixed<16>(out, ldo, A, a_sm, a_sk, B, ldb, M, K, zero);
+    case 32: return bcast_fma_fixed<32>(out, ldo, A, a_sm, a_sk, B, ldb, M, K, zero);
+    case 64: return bcast_fma_fixed<64>(out, ldo, A, a_sm, a_sk, B, ldb, M, K, zero);
+    case 128: return bcast_fma_fixed<128>(out, ldo, A, a_sm, a_sk, B, ldb, M, K, zero);
+    default: return bcast_fma_generic(out, ldo, A, a_sm, a_sk, B, ldb, M, K, W, zero);
+  }
+}
+
+// Transpose rows [k0, k0+nk) of x ([T][hd]) into xt[hd][KT], zero-padding keys past nk.
+void load_transposed(const float* x, int k0, int nk, int hd, float* xt) {
+  for (int d = 0; d < hd; ++d) {
+    float* row = xt + d * KT;
+    for (int c = 0; c < nk; ++c) row[c] = x[int64_t(k0 + c) * hd + d];
+    for (int c = nk; c < KT; ++c) row[c] = 0.0f;
+  }
+}
+
+}  // namespace
+
+void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
+  const int group = H / Hkv;
+  const int nqt = (Tq + QT - 1) / QT;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int off = Tk - Tq;  // absolute position of query row 0
+#pragma omp parallel
+  {
+    std::vector<float> qs(QT * hd), kt(hd * KT), s(QT * KT), acc(QT * hd), m(QT), l(QT);
+#pragma omp for schedule(dynamic) collapse(2)
+    for (int bh = 0; bh < B * H; ++bh)
+      for (int qi = nqt - 1; qi >= 0; --qi) {  // longest tiles first for better balance
+        int b = bh / H, h = bh % H, kvh = h / group;
+        const float* qb = q + (int64_t(bh) * Tq) * hd;
+        const float* kb = k + (int64_t(b) * Hkv + kvh) * Tk_cap * hd;
+        const float* vb = v + (int64_t(b) * Hkv + kvh) * Tk_cap * hd;
+        int q0 = qi * QT, nq = std::min(QT, Tq - q0);
+        for (int i = 0; i < nq * hd; ++i) qs[i] = qb[int64_t(q0) * hd + i] * scale;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        std::fill(m.begin(), m.end(), -INFINITY);
+        std::fill(l.begin(), l.end(), 0.0f);
+        int last_key = off + q0 + nq - 1;  // largest key any row of this tile may see
+        for (int k0 = 0; k0 <= last_key; k0 += KT) {
+          int nk = std::min(KT, last_key + 1 - k0);
+          load_transposed(kb, k0, nk, hd, kt.data());
+          bcast_fma(s.data(), KT, qs.data(), hd, 1, kt.data(), KT, nq, hd, KT, true);  // S = Q K^T
+          for (int r = 0; r < nq; ++r) {
+            float* sr = s.data() + r * KT;
+            int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0, k0+lim) are visible
+            float mx = m[r];
+            for (int c = 0; c < lim; ++c) mx = std::max(mx, sr[c]);
+            float corr = vexp(m[r] - mx);  // m = -inf the first time -> 0
+            float sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int c = 0; c < KT; ++c) {
+              float p = c < lim ? vexp(sr[c] - mx) : 0.0f;
+              sr[c] = p;
+              sum += p;
+            }
+            l[r] = l[r] * corr + sum;
+            m[r] = mx;
+            if (corr != 1.0f) {
+              float* ar = acc.data() + r * hd;
+              for (int d = 0; d < hd; ++d) ar[d] *= corr;
+            }
+          }
+          // O += P V  (P is zero past each row's limit, so all nk keys can be summed)
+          bcast_fma(acc.data(), hd, s.data(), KT, 1, vb + int64_t(k0) * hd, hd, nq, nk, hd, false);
+        }
+        float* ob = o + (int64_t(bh) * Tq) * hd;
+        for (int r = 0; r < nq; ++r) {
+          float inv = 1.0f / l[r];
+          for (int d = 0; d < hd; ++d) ob[int64_t(q0 + r) * hd + d] = acc[r * hd + d] * inv;
+          if (lse) lse[int64_t(bh) * Tq + q0 + r] = m[r] + std::log(l[r]);
+        }
+      }
+  }
+}
+
+void attention_bwd(const float* q, const float* k, const float* v, const float* o,
+                   const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                   int H, int Hkv, int T, int hd) {
+  const int group = H / Hkv;
+  const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel
+  {
+    std::vector<float> kt(hd * KT), vt(hd * KT), qs(QT * hd), p(QT * KT), ds(QT * KT), D(T);
+#pragma omp for schedule(dynamic)
+    for (int bk = 0; bk < B * Hkv; ++bk) {
+      int b = bk / Hkv, kvh = bk % Hkv;
+      const float* kb = k + int64_t(bk) * T * hd;
+      const float* vb = v + int64_t(bk) * T * hd;
+      float* dkb = dk + int64_t(bk) * T * hd;
+      float* dvb = dv + int64_t(bk) * T * hd;
+      std::memset(dkb, 0, sizeof(float) * T * hd);
+      std::memset(dvb, 0, sizeof(float) * T * hd);
+      for (int hh = 0; hh < group; ++hh) {
+        int64_t bh = int64_t(b) * H + kvh * group + hh;
+        const float* qb = q + bh * T * hd;
+        const float* ob = o + bh * T * hd;
+        const float* dob = dout + bh * T * hd;
+        const float* lb = lse + bh * T;
+        float* dqb = dq + bh * T * hd;
+        std::memset(dqb, 0, sizeof(float) * T * hd);
+        for (int t = 0; t < T; ++t) {  // D_t = dO_t . O_t (the softmax-backward row term)
+          float acc = 0;
+#pragma omp simd reduction(+ : acc)
+          for (int d = 0; d < hd; ++d) acc += dob[int64_t(t) * hd + d] * ob[int64_t(t) * hd + d];
+          D[t] = acc;
+        }
+        for (int k0 = 0; k0 < T; k0 += KT) {
+          int nk = std::min(KT, T - k0);
+          load_transposed(kb, k0, nk, hd, kt.data());
+          load_transposed(vb, k0, nk, hd, vt.data());
+          for (int q0 = (k0 / QT) * QT; q0 < T; q0 += QT) {
+            int nq = std::min(QT, T - q0);
+            for (int i = 0; i < nq * hd; ++i) qs[i] = qb[int64_t(q0) * hd + i] * scale;
+            // S = (scale q) K^T  and  dP = dO V^T
+            bcast_fma(p.data(), KT, qs.data(), hd, 1, kt.data(), KT, nq, hd, KT, true);
+            bcast_fma(ds.data(), KT, dob + int64_t(q0) * hd, hd, 1, vt.data(), KT, nq, hd, KT, true);
+            for (int r = 0; r < nq; ++r) {
+              int t = q0 + r;
+              int lim = std::min(nk, t - k0 + 1);
+              float lt = lb[t], Dt = D[t];
+              float* pr = p.data() + r * KT;
+              float* dsr = ds.data() + r * KT;
+#pragma omp simd
+              for (int c = 0; c < KT; ++c) {
+                float pv = c < lim ? vexp(pr[c] - lt) : 0.0f;
+                pr[c] = pv;
+                dsr[c] = pv * (dsr[c] - Dt) * scale;  // dS w.r.t. the unscaled q.k
+              }
+            }
+            // dV += P^T dO ; dK += dS^T Q ; dQ += dS K
+            bcast_fma(dvb + int64_t(k0) * hd, hd, p.data(), 1, KT, dob + int64_t(q0) * hd, hd, nk, nq,
+                      hd, false);
+            bcast_fma(dkb + int64_t(k0) * hd, hd, ds.data(), 1, KT, qb + int64_t(q0) * hd, hd, nk, nq,
+                      hd, false);
+            bcast_fma(dqb + int64_t(q0) * hd, hd, ds.data(), KT, 1, kb + int64_t(k0) * hd, hd, nq, nk,
+                      hd, false);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace clm

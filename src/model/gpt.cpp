@@ -1,0 +1,642 @@
+// The GPT on the CPU: builds the parameter list from a ModelConfig, carves parameters, gradients
+// and activations out of a few large allocations, and chains the ops of model/ops.h into forward
+// and backward. The math is written down in docs/MODEL.md.
+//
+// Memory: params (fp32 master), grads (fp32) and a bf16 mirror of the params share one layout of
+// offsets. Activations for max_B x max_T tokens live in one arena: per layer everything backward
+// needs (residual inputs, norm statistics, matmul inputs in the matmul precision, q/k/v, attention
+// output and log-sum-exp, MLP pre-activations), plus scratch shared by all layers.
+//
+// bf16 weights: matmuls read a bf16 copy of the weights. It is refreshed at the start of a forward
+// whenever the fp32 weights may have changed: after init_weights(), zero_grad(), backward() (the
+// optimizer step follows), or an explicit weights_changed(). The optimizer never has to know.
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/common.h"
+#include "exp/profiler.h"
+#include "model/ops.h"
+
+namespace clm {
+
+int64_t Param::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+namespace {
+
+// 64-byte aligned float buffer (AVX-512 loads, oneDNN likes aligned pointers).
+struct Buf {
+  float* p = nullptr;
+  int64_t n = 0;
+  void alloc(int64_t count) {
+    free();
+    n = count;
+    size_t bytes = (size_t(std::max<int64_t>(count, 16)) * 4 + 63) / 64 * 64;
+    p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) fail("out of memory allocating {} MiB", bytes >> 20);
+    std::memset(p, 0, bytes);
+  }
+  void free() {
+    std::free(p);
+    p = nullptr;
+  }
+  ~Buf() { free(); }
+};
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved view 64B aligned
+
+struct LayerOff {  // parameter offsets of one block (-1 = absent)
+  int64_t attn_g = -1, wqkv = -1, qn_g = -1, kn_g = -1, wo = -1, mlp_g = -1, w_in = -1, w_out = -1;
+};
+
+struct LayerAct {  // activation pointers of one block
+  float* x;         // [N,d] block input (residual stream)
+  float* mid;       // [N,d] after the attention residual add
+  float* ln1_rstd;  // [N]
+  float* ln1_mm;    // [N,d] attn-norm output in matmul precision
+  float* qraw;      // [B,H,T,hd] q before qk-norm (only with qk_norm)
+  float* kraw;      // [B,Hkv,T,hd]
+  float* q_rstd;    // [B*H*T]
+  float* k_rstd;    // [B*Hkv*T]
+  float* q;         // [B,H,T,hd] after norm + rope
+  float* k;         // [B,Hkv,T,hd]
+  float* v;         // [B,Hkv,T,hd]
+  float* o;         // [B,H,T,hd] attention output
+  float* lse;       // [B*H*T]
+  float* att_mm;    // [N,H*hd] merged attention output in matmul precision
+  float* ln2_rstd;  // [N]
+  float* ln2_mm;    // [N,d]
+  float* h;         // [N,Hd] or [N,2Hd] MLP pre-activation (fp32)
+  float* act_mm;    // [N,Hd] activation output in matmul precision
+};
+
+}  // namespace
+
+struct GPTImpl {
+  ModelConfig cfg;
+  int max_B, max_T;
+  int d, H, Hkv, hd, Hd, V, Vp, L, qw, kvw, qkvw, hw;  // hw: width of the MLP up projection
+  MatPrec prec = MatPrec::BF16;
+  bool grad_enabled = true;
+  bool bf16_dirty = true;
+  Profiler* prof = nullptr;
+
+  std::vector<Param> params;
+  int64_t nparams = 0;
+  Buf P, G, Wb;  // params, grads, bf16 mirror (Wb holds uint16 in the first half)
+  std::vector<LayerOff> loff;
+  int64_t off_wte = 0, off_fg = -1, off_head = 0;
+
+  Buf A;  // activation arena
+  std::vector<LayerAct> la;
+  float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
+  float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *dqkv, *cos_t, *sin_t;
+  int64_t chunk_rows = 0;
+
+  // state of the last forward
+  int B = 0, T = 0;
+  bool have_fwd = false, fwd_had_grad = false;
+  const int32_t* last_inputs_ptr = nullptr;
+  std::vector<int32_t> inputs;
+
+  const void* w(int64_t off) const {  // weight in matmul precision
+    if (prec == MatPrec::F32) return P.p + off;
+    return reinterpret_cast<const bf16*>(Wb.p) + off;
+  }
+  // Convert an fp32 buffer into a matmul-input buffer (bf16 mode) or copy (fp32 mode).
+  void to_mm(const float* src, float* dst, int64_t n) {
+    if (prec == MatPrec::F32) {
+      if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
+    } else {
+      f32_to_bf16(src, reinterpret_cast<bf16*>(dst), n);
+    }
+  }
+  void refresh_bf16() {
+    if (prec == MatPrec::BF16 && bf16_dirty) {
+      ProfScope ps(prof, "weights.to_bf16", "fwd", 0, 6.0 * nparams);
+      f32_to_bf16(P.p, reinterpret_cast<bf16*>(Wb.p), nparams);
+    }
+    bf16_dirty = false;
+  }
+
+  void build();
+  void body_fwd(const int32_t* in, int B, int T);
+};
+
+void GPTImpl::build() {
+  const ModelConfig& c = cfg;
+  if (c.n_layer <= 0 || c.d_model <= 0 || c.n_head <= 0 || c.head_dim <= 0 || c.vocab_size <= 0)
+    fail("model config: n_layer, d_model, n_head, head_dim and vocab_size must be positive");
+  if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
+    fail("model config: n_head ({}) must be a multiple of n_kv_head ({})", c.n_head, c.n_kv_head);
+  if (c.head_dim % 2 != 0) fail("model config: head_dim ({}) must be even for RoPE", c.head_dim);
+  if (c.activation != "relu2" && c.activation != "gelu" && c.activation != "swiglu")
+    fail("model config: unknown activation '{}' (relu2 | gelu | swiglu)", c.activation);
+  if (max_B <= 0 || max_T <= 0) fail("GPT: max batch and sequence length must be positive");
+  d = c.d_model; H = c.n_head; Hkv = c.n_kv_head; hd = c.head_dim; L = c.n_layer;
+  V = c.vocab_size; Vp = c.padded_vocab(); Hd = c.mlp_hidden();
+  qw = H * hd; kvw = Hkv * hd; qkvw = qw + 2 * kvw;
+  hw = c.activation == "swiglu" ? 2 * Hd : Hd;
+
+  // ---- parameters: names, shapes, offsets ----
+  int64_t off = 0;
+  std::vector<int64_t> poff;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamKind kind) {
+    Param p;
+    p.name = name;
+    p.shape = std::move(shape);
+    p.kind = kind;
+    int64_t o = off;
+    off += round16(p.numel());
+    params.push_back(p);
+    poff.push_back(o);
+    return o;
+  };
+  // wq, wk, wv (and w_in, w_gate) are carved back to back, so each group is one matmul.
+  auto add_adjacent = [&](const std::string& name, std::vector<int64_t> shape, ParamKind kind) {
+    Param p;
+    p.name = name;
+    p.shape = std::move(shape);
+    p.kind = kind;
+    int64_t o = off;
+    off += p.numel();
+    params.push_back(p);
+    poff.push_back(o);
+    return o;
+  };
+  off_wte = add("wte", {Vp, d}, ParamKind::Embedding);
+  loff.resize(L);
+  for (int i = 0; i < L; ++i) {
+    std::string pre = fmt::format("blocks.{}.", i);
+    LayerOff& lo = loff[i];
+    if (c.norm_gain) lo.attn_g = add(pre + "attn_norm.gain", {d}, ParamKind::Scalar);
+    lo.wqkv = add_adjacent(pre + "attn.wq", {qw, d}, ParamKind::Matrix);
+    add_adjacent(pre + "attn.wk", {kvw, d}, ParamKind::Matrix);
+    add_adjacent(pre + "attn.wv", {kvw, d}, ParamKind::Matrix);
+    off = round16(off);
+    if (c.qk_norm && c.norm_gain) {
+      lo.qn_g = add(pre + "attn.q_norm.gain", {hd}, ParamKind::Scalar);
+      lo.kn_g = add(pre + "attn.k_norm.gain", {hd}, ParamKind::Scalar);
+    }
+    lo.wo = add(pre + "attn.wo", {d, qw}, ParamKind::Matrix);
+    if (c.norm_gain) lo.mlp_g = add(pre + "mlp_norm.gain", {d}, ParamKind::Scalar);
+    lo.w_in = add_adjacent(pre + "mlp.w_in", {Hd, d}, ParamKind::Matrix);
+    if (c.activation == "swiglu") add_adjacent(pre + "mlp.w_gate", {Hd, d}, ParamKind::Matrix);
+    off = round16(off);
+    lo.w_out = add(pre + "mlp.w_out", {d, Hd}, ParamKind::Matrix);
+  }
+  if (c.norm_gain) off_fg = add("final_norm.gain", {d}, ParamKind::Scalar);
+  off_head = c.tie_embeddings ? off_wte : add("lm_head", {Vp, d}, ParamKind::Head);
+  nparams = off;
+  P.alloc(nparams);
+  G.alloc(nparams);
+  Wb.alloc((nparams + 1) / 2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].data = P.p + poff[i];
+    params[i].grad = G.p + poff[i];
+  }
+
+  // ---- activations ----
+  const int64_t N = int64_t(max_B) * max_T;
+  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 23) / Vp));
+  int64_t total = 0;
+  std::vector<std::pair<float**, int64_t>> plan;
+  auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
+  la.resize(L);
+  const bool qkn = c.qk_norm;
+  for (int i = 0; i < L; ++i) {
+    LayerAct& a = la[i];
+    carve(&a.x, N * d);
+    carve(&a.mid, N * d);
+    carve(&a.ln1_rstd, N);
+    carve(&a.ln1_mm, N * d);
+    if (qkn) {
+      carve(&a.qraw, N * qw);
+      carve(&a.kraw, N * kvw);
+      carve(&a.q_rstd, N * H);
+      carve(&a.k_rstd, N * Hkv);
+    } else {
+      a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
+    }
+    carve(&a.q, N * qw);
+    carve(&a.k, N * kvw);
+    carve(&a.v, N * kvw);
+    carve(&a.o, N * qw);
+    carve(&a.lse, N * H);
+    carve(&a.att_mm, N * qw);
+    carve(&a.ln2_rstd, N);
+    carve(&a.ln2_mm, N * d);
+    carve(&a.h, N * hw);
+    carve(&a.act_mm, N * Hd);
+  }
+  int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd});
+  carve(&x_final, N * d);
+  carve(&lnf_rstd, N);
+  carve(&lnf_mm, N * d);
+  carve(&dxf, N * d);
+  carve(&head_dw, int64_t(Vp) * d);
+  carve(&logits, chunk_rows * Vp);
+  carve(&logits_mm, chunk_rows * Vp);
+  carve(&tmp_d, N * wmax);
+  carve(&tmp_mm, N * wmax);
+  carve(&qkv, N * qkvw);
+  carve(&dres, N * d);
+  carve(&dtmp, N * wmax);
+  carve(&dtmp2, N * wmax);
+  carve(&dmm, N * wmax);
+  carve(&dq, N * qw);
+  carve(&dk, N * kvw);
+  carve(&dv, N * kvw);
+  carve(&dqkv, N * qkvw);
+  carve(&cos_t, int64_t(max_T) * hd / 2);
+  carve(&sin_t, int64_t(max_T) * hd / 2);
+  A.alloc(total);
+  int64_t o = 0;
+  for (auto& [dst, n] : plan) {
+    *dst = A.p + o;
+    o += n;
+  }
+  rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
+}
+
+#define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
+
+void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
+  if (B_ <= 0 || T_ <= 0 || B_ > max_B || T_ > max_T)
+    fail("GPT forward: batch {}x{} exceeds the allocated {}x{}", B_, T_, max_B, max_T);
+  B = B_;
+  T = T_;
+  const int64_t N = int64_t(B) * T;
+  for (int64_t i = 0; i < N; ++i)
+    if (in[i] < 0 || in[i] >= V) fail("GPT forward: token id {} out of range [0, {})", in[i], V);
+  inputs.assign(in, in + N);
+  refresh_bf16();
+  const float eps = cfg.norm_eps;
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  {
+    PROF("embedding", "fwd", 0, 8.0 * N * d);
+    embedding_fwd(in, P.p + off_wte, la[0].x, N, d);
+  }
+  for (int l = 0; l < L; ++l) {
+    LayerAct& a = la[l];
+    const LayerOff& lo = loff[l];
+    float* xout = l + 1 < L ? la[l + 1].x : x_final;
+    {
+      PROF("rmsnorm.attn", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+      float* dst = prec == MatPrec::F32 ? a.ln1_mm : tmp_d;
+      rmsnorm_fwd(a.x, lo.attn_g >= 0 ? P.p + lo.attn_g : nullptr, dst, a.ln1_rstd, N, d, eps);
+      if (prec == MatPrec::BF16) to_mm(tmp_d, a.ln1_mm, N * d);
+    }
+    {
+      PROF("matmul.qkv", "fwd", 2.0 * N * d * qkvw, mmb * (N * d + int64_t(qkvw) * d) + 4.0 * N * qkvw);
+      linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv, N, d, qkvw);
+    }
+    {
+      PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
+      float* qdst = cfg.qk_norm ? a.qraw : a.q;
+      float* kdst = cfg.qk_norm ? a.kraw : a.k;
+      split_heads(qkv, qkvw, qdst, B, T, H, hd);
+      split_heads(qkv + qw, qkvw, kdst, B, T, Hkv, hd);
+      split_heads(qkv + qw + kvw, qkvw, a.v, B, T, Hkv, hd);
+      if (cfg.qk_norm) {
+        rmsnorm_fwd(a.qraw, lo.qn_g >= 0 ? P.p + lo.qn_g : nullptr, a.q, a.q_rstd, N * H, hd, eps);
+        rmsnorm_fwd(a.kraw, lo.kn_g >= 0 ? P.p + lo.kn_g : nullptr, a.k, a.k_rstd, N * Hkv, hd, eps);
+      }
+      rope_fwd(a.q, N * H, T, hd, cos_t, sin_t);
+      rope_fwd(a.k, N * Hkv, T, hd, cos_t, sin_t);
+    }
+    {
+      PROF("attention", "fwd", 2.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (2 * qw + 2 * kvw));
+      attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd);
+    }
+    {
+      PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
+      float* dst = prec == MatPrec::F32 ? a.att_mm : tmp_d;
+      merge_heads(a.o, dst, qw, B, T, H, hd);
+      if (prec == MatPrec::BF16) to_mm(tmp_d, a.att_mm, N * qw);
+    }
+    {
+      PROF("matmul.wo", "fwd", 2.0 * N * qw * d, mmb * (N * qw + int64_t(qw) * d) + 4.0 * N * d);
+      linear_fwd(prec, a.att_mm, w(lo.wo), tmp_d, N, qw, d);
+    }
+    {
+      PROF("residual", "fwd", N * d, 12.0 * N * d);
+      residual_fwd(a.x, tmp_d, a.mid, N * d);
+    }
+    {
+      PROF("rmsnorm.mlp", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+      float* dst = prec == MatPrec::F32 ? a.ln2_mm : tmp_d;
+      rmsnorm_fwd(a.mid, lo.mlp_g >= 0 ? P.p + lo.mlp_g : nullptr, dst, a.ln2_rstd, N, d, eps);
+      if (prec == MatPrec::BF16) to_mm(tmp_d, a.ln2_mm, N * d);
+    }
+    {
+      PROF("matmul.mlp_in", "fwd", 2.0 * N * d * hw, mmb * (N * d + int64_t(hw) * d) + 4.0 * N * hw);
+      linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
+    }
+    {
+      PROF("activation", "fwd", 8.0 * N * Hd, (4.0 * hw + mmb * Hd + 4.0 * Hd) * N);
+      float* dst = prec == MatPrec::F32 ? a.act_mm : tmp_d;
+      if (cfg.activation == "relu2") relu2_fwd(a.h, dst, N * Hd);
+      else if (cfg.activation == "gelu") gelu_fwd(a.h, dst, N * Hd);
+      else swiglu_fwd(a.h, dst, N, Hd);
+      if (prec == MatPrec::BF16) to_mm(tmp_d, a.act_mm, N * Hd);
+    }
+    {
+      PROF("matmul.mlp_out", "fwd", 2.0 * N * Hd * d, mmb * (N * Hd + int64_t(Hd) * d) + 4.0 * N * d);
+      linear_fwd(prec, a.act_mm, w(lo.w_out), tmp_d, N, Hd, d);
+    }
+    {
+      PROF("residual", "fwd", N * d, 12.0 * N * d);
+      residual_fwd(a.mid, tmp_d, xout, N * d);
+    }
+  }
+  {
+    PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+    float* dst = prec == MatPrec::F32 ? lnf_mm : tmp_d;
+    rmsnorm_fwd(x_final, off_fg >= 0 ? P.p + off_fg : nullptr, dst, lnf_rstd, N, d, eps);
+    if (prec == MatPrec::BF16) to_mm(tmp_d, lnf_mm, N * d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+GPT::GPT(const ModelConfig& cfg, int max_B, int max_T) : impl(new GPTImpl) {
+  impl->cfg = cfg;
+  impl->max_B = max_B;
+  impl->max_T = max_T;
+  try {
+    impl->build();
+  } catch (...) {
+    delete impl;
+    impl = nullptr;
+    throw;
+  }
+}
+GPT::~GPT() { delete impl; }
+GPT::GPT(GPT&& o) noexcept : impl(o.impl) { o.impl = nullptr; }
+GPT& GPT::operator=(GPT&& o) noexcept {
+  if (this != &o) {
+    delete impl;
+    impl = o.impl;
+    o.impl = nullptr;
+  }
+  return *this;
+}
+
+void GPT::init_weights(uint64_t seed) {
+  GPTImpl& m = *impl;
+  Rng rng(seed);
+  const float std0 = m.cfg.init_std;
+  const float out_std = std0 / std::sqrt(2.0f * m.L);
+  for (auto& p : m.params) {
+    int64_t n = p.numel();
+    bool is_out = p.name.ends_with(".wo") || p.name.ends_with(".w_out");
+    if (p.kind == ParamKind::Scalar) {
+      std::fill(p.data, p.data + n, 1.0f);
+    } else if (p.kind == ParamKind::Head || is_out) {
+      float s = is_out ? out_std : std0;
+      if (m.cfg.zero_init_out) s = 0.0f;
+      for (int64_t i = 0; i < n; ++i) p.data[i] = s == 0.0f ? 0.0f : s * rng.normal();
+    } else {
+      for (int64_t i = 0; i < n; ++i) p.data[i] = std0 * rng.normal();
+    }
+    if (p.name == "wte" || p.name == "lm_head")  // rows of the padded vocabulary stay zero
+      std::fill(p.data + int64_t(m.V) * m.d, p.data + n, 0.0f);
+  }
+  m.bf16_dirty = true;
+  m.have_fwd = false;
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss,
+                   int32_t* argmax) {
+  GPTImpl& m = *impl;
+  Profiler* prof = m.prof;
+  m.have_fwd = false;
+  m.body_fwd(inputs, B, T);
+  const int64_t N = int64_t(B) * T;
+  const int d = m.d, V = m.V, Vp = m.Vp;
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  int64_t valid = 0;
+  if (targets)
+    for (int64_t i = 0; i < N; ++i) {
+      if (targets[i] >= V) fail("GPT forward: target id {} out of range [0, {})", targets[i], V);
+      valid += targets[i] >= 0;
+    }
+  const bool grad = m.grad_enabled && targets != nullptr;
+  const float gscale = valid > 0 ? 1.0f / float(valid) : 0.0f;
+  if (grad) std::memset(m.head_dw, 0, sizeof(float) * int64_t(Vp) * d);
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += m.chunk_rows) {
+    int64_t nr = std::min<int64_t>(m.chunk_rows, N - r0);
+    const float* xin = m.lnf_mm + r0 * d * mmb / 4;
+    {
+      PROF("matmul.head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + int64_t(Vp) * d) + 4.0 * nr * Vp);
+      linear_fwd(m.prec, xin, m.w(m.off_head), m.logits, nr, d, Vp);
+    }
+    {
+      PROF("softcap_xent", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
+      total += softcap_xent(m.logits, targets ? targets + r0 : nullptr, nr, V, Vp, m.cfg.logit_softcap,
+                            token_loss ? token_loss + r0 : nullptr, argmax ? argmax + r0 : nullptr,
+                            grad, gscale);
+    }
+    if (grad) {
+      m.to_mm(m.logits, m.logits_mm, nr * Vp);
+      {
+        PROF("matmul.head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + int64_t(Vp) * d) + 4.0 * nr * d);
+        linear_bwd_input(m.prec, m.logits_mm, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
+      }
+      {
+        PROF("matmul.head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
+        linear_bwd_weight(m.prec, m.logits_mm, xin, m.head_dw, nr, d, Vp);
+      }
+    }
+  }
+  if (token_loss && !targets) std::fill(token_loss, token_loss + N, 0.0f);
+  m.have_fwd = true;
+  m.fwd_had_grad = grad;
+  float mean = valid > 0 ? float(total / double(valid)) : 0.0f;
+  if (!std::isfinite(mean)) fail("GPT forward: loss is not finite ({})", mean);
+  return mean;
+}
+
+void GPT::backward(float loss_scale) {
+  GPTImpl& m = *impl;
+  Profiler* prof = m.prof;
+  if (!m.have_fwd || !m.fwd_had_grad)
+    fail("GPT backward: no forward with targets and gradients enabled precedes it");
+  m.have_fwd = false;
+  const int B = m.B, T = m.T, d = m.d, H = m.H, Hkv = m.Hkv, hd = m.hd, Hd = m.Hd;
+  const int qw = m.qw, kvw = m.kvw, qkvw = m.qkvw, hw = m.hw;
+  const int64_t N = int64_t(B) * T;
+  const MatPrec prec = m.prec;
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  float* G = m.G.p;
+  float* P = m.P.p;
+  {
+    PROF("head.grad_accum", "bwd", 2.0 * m.Vp * d, 12.0 * m.Vp * d);
+    float* gh = G + m.off_head;
+    const float* hw_ = m.head_dw;
+    int64_t n = int64_t(m.Vp) * d;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) gh[i] += loss_scale * hw_[i];
+  }
+  {
+    PROF("rmsnorm.final", "bwd", 8.0 * N * d, 20.0 * N * d);
+    float* dxf = m.dxf;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * d; ++i) dxf[i] *= loss_scale;
+    std::memset(m.dres, 0, sizeof(float) * N * d);
+    rmsnorm_bwd(m.x_final, m.off_fg >= 0 ? P + m.off_fg : nullptr, m.lnf_rstd, dxf, m.dres,
+                m.off_fg >= 0 ? G + m.off_fg : nullptr, N, d);
+  }
+  for (int l = m.L - 1; l >= 0; --l) {
+    LayerAct& a = m.la[l];
+    const LayerOff& lo = m.loff[l];
+    // ---- MLP branch: xout = mid + W_out act(W_in norm(mid)) ----
+    m.to_mm(m.dres, m.dmm, N * d);
+    {
+      PROF("matmul.mlp_out.dw", "bwd", 2.0 * N * Hd * d, mmb * N * (d + Hd) + 8.0 * Hd * d);
+      linear_bwd_weight(prec, m.dmm, a.act_mm, G + lo.w_out, N, Hd, d);
+    }
+    {
+      PROF("matmul.mlp_out.dx", "bwd", 2.0 * N * Hd * d, mmb * (N * d + Hd * d) + 4.0 * N * Hd);
+      linear_bwd_input(prec, m.dmm, m.w(lo.w_out), m.dtmp, N, Hd, d, false);
+    }
+    {
+      PROF("activation", "bwd", 12.0 * N * Hd, (4.0 * hw * 2 + 4.0 * Hd) * N);
+      if (m.cfg.activation == "relu2") relu2_bwd(a.h, m.dtmp, m.dtmp2, N * Hd);
+      else if (m.cfg.activation == "gelu") gelu_bwd(a.h, m.dtmp, m.dtmp2, N * Hd);
+      else swiglu_bwd(a.h, m.dtmp, m.dtmp2, N, Hd);
+      m.to_mm(m.dtmp2, m.dmm, N * hw);
+    }
+    {
+      PROF("matmul.mlp_in.dw", "bwd", 2.0 * N * hw * d, mmb * N * (d + hw) + 8.0 * hw * d);
+      linear_bwd_weight(prec, m.dmm, a.ln2_mm, G + lo.w_in, N, d, hw);
+    }
+    {
+      PROF("matmul.mlp_in.dx", "bwd", 2.0 * N * hw * d, mmb * (N * hw + hw * d) + 4.0 * N * d);
+      linear_bwd_input(prec, m.dmm, m.w(lo.w_in), m.dtmp, N, d, hw, false);
+    }
+    {
+      PROF("rmsnorm.mlp", "bwd", 8.0 * N * d, 16.0 * N * d);
+      rmsnorm_bwd(a.mid, lo.mlp_g >= 0 ? P + lo.mlp_g : nullptr, a.ln2_rstd, m.dtmp, m.dres,
+                  lo.mlp_g >= 0 ? G + lo.mlp_g : nullptr, N, d);
+    }
+    // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
+    m.to_mm(m.dres, m.dmm, N * d);
+    {
+      PROF("matmul.wo.dw", "bwd", 2.0 * N * qw * d, mmb * N * (d + qw) + 8.0 * qw * d);
+      linear_bwd_weight(prec, m.dmm, a.att_mm, G + lo.wo, N, qw, d);
+    }
+    {
+      PROF("matmul.wo.dx", "bwd", 2.0 * N * qw * d, mmb * (N * d + qw * d) + 4.0 * N * qw);
+      linear_bwd_input(prec, m.dmm, m.w(lo.wo), m.dtmp, N, qw, d, false);
+    }
+    {
+      PROF("attention", "bwd", 5.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (4 * qw + 4 * kvw));
+      split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
+      attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd);
+    }
+    {
+      PROF("qk_norm.rope", "bwd", 12.0 * N * (qw + kvw), 4.0 * N * (3 * qw + 3 * kvw + qkvw));
+      rope_bwd(m.dq, N * H, T, hd, m.cos_t, m.sin_t);
+      rope_bwd(m.dk, N * Hkv, T, hd, m.cos_t, m.sin_t);
+      const float* dqs = m.dq;
+      const float* dks = m.dk;
+      if (m.cfg.qk_norm) {
+        std::memset(m.dtmp, 0, sizeof(float) * N * qw);
+        std::memset(m.dtmp2, 0, sizeof(float) * N * kvw);
+        rmsnorm_bwd(a.qraw, lo.qn_g >= 0 ? P + lo.qn_g : nullptr, a.q_rstd, m.dq, m.dtmp,
+                    lo.qn_g >= 0 ? G + lo.qn_g : nullptr, N * H, hd);
+        rmsnorm_bwd(a.kraw, lo.kn_g >= 0 ? P + lo.kn_g : nullptr, a.k_rstd, m.dk, m.dtmp2,
+                    lo.kn_g >= 0 ? G + lo.kn_g : nullptr, N * Hkv, hd);
+        dqs = m.dtmp;
+        dks = m.dtmp2;
+      }
+      merge_heads(dqs, m.dqkv, qkvw, B, T, H, hd);
+      merge_heads(dks, m.dqkv + qw, qkvw, B, T, Hkv, hd);
+      merge_heads(m.dv, m.dqkv + qw + kvw, qkvw, B, T, Hkv, hd);
+      m.to_mm(m.dqkv, m.dmm, N * qkvw);
+    }
+    {
+      PROF("matmul.qkv.dw", "bwd", 2.0 * N * qkvw * d, mmb * N * (d + qkvw) + 8.0 * qkvw * d);
+      linear_bwd_weight(prec, m.dmm, a.ln1_mm, G + lo.wqkv, N, d, qkvw);
+    }
+    {
+      PROF("matmul.qkv.dx", "bwd", 2.0 * N * qkvw * d, mmb * (N * qkvw + qkvw * d) + 4.0 * N * d);
+      linear_bwd_input(prec, m.dmm, m.w(lo.wqkv), m.dtmp, N, d, qkvw, false);
+    }
+    {
+      PROF("rmsnorm.attn", "bwd", 8.0 * N * d, 16.0 * N * d);
+      rmsnorm_bwd(a.x, lo.attn_g >= 0 ? P + lo.attn_g : nullptr, a.ln1_rstd, m.dtmp, m.dres,
+                  lo.attn_g >= 0 ? G + lo.attn_g : nullptr, N, d);
+    }
+  }
+  {
+    PROF("embedding", "bwd", N * d, 12.0 * N * d);
+    embedding_bwd(m.inputs.data(), m.dres, G + m.off_wte, N, d);
+  }
+  m.bf16_dirty = true;  // an optimizer step normally follows
+}
+
+void GPT::zero_grad() {
+  std::memset(impl->G.p, 0, sizeof(float) * impl->nparams);
+  impl->bf16_dirty = true;
+}
+
+void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
+  GPTImpl& m = *impl;
+  Profiler* prof = m.prof;
+  m.have_fwd = false;
+  m.body_fwd(inputs, B, T);
+  const int d = m.d, Vp = m.Vp;
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  // gather the last row of each sequence (matmul-precision rows are d*mmb bytes)
+  char* rows = reinterpret_cast<char*>(m.tmp_mm);
+  const char* src = reinterpret_cast<const char*>(m.lnf_mm);
+  for (int b = 0; b < B; ++b)
+    std::memcpy(rows + int64_t(b) * d * mmb, src + (int64_t(b) * T + T - 1) * d * mmb, size_t(d) * mmb);
+  {
+    PROF("matmul.head", "fwd", 2.0 * B * d * Vp, mmb * (B * d + int64_t(Vp) * d) + 4.0 * B * Vp);
+    linear_fwd(m.prec, m.tmp_mm, m.w(m.off_head), out, B, d, Vp);
+  }
+  softcap_fwd(out, int64_t(B) * Vp, m.cfg.logit_softcap);
+  for (int b = 0; b < B; ++b)
+    for (int j = m.V; j < Vp; ++j) out[int64_t(b) * Vp + j] = -INFINITY;
+}
+
+std::vector<Param>& GPT::params() { return impl->params; }
+int64_t GPT::num_params() const {
+  int64_t n = 0;
+  for (auto& p : impl->params) n += p.numel();
+  return n;
+}
+
+double GPT::flops_per_token(int T) const {
+  const GPTImpl& m = *impl;
+  // matmul FLOPs of one token's forward: 2 per weight it multiplies (the embedding is a lookup)
+  double mm = double(m.L) * (double(m.qkvw) * m.d + double(m.qw) * m.d + double(m.hw) * m.d +
+                             double(m.Hd) * m.d) +
+              double(m.Vp) * m.d;
+  // causal attention: a token at position t does q.k and p.v over t+1 keys; averaged over T
+  double att = double(m.L) * 2.0 * m.H * m.hd * (double(T) + 1.0);
+  return 3.0 * (2.0 * mm + att);  // backward = 2x forward
+}
+
+const ModelConfig& GPT::config() const { return impl->cfg; }
+void GPT::set_profiler(Profiler* p) { impl->prof = p; }
+void GPT::set_matmul_precision(MatPrec p) {
+  impl->prec = p;
+  impl->bf16_dirty = true;
+}
+MatPrec GPT::matmul_precision() const { return impl->prec; }
+void GPT::set_grad_enabled(bool on) { impl->grad_enabled = on; }
+void GPT::weights_changed() { impl->bf16_dirty = true; }
+
+}  // namespace clm

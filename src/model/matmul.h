@@ -1,0 +1,35 @@
+// Matrix multiplication for the CPU backend: oneDNN primitives (created once per shape and cached),
+// bf16 inputs with fp32 accumulation by default, or plain fp32 for gradient checks. Also the
+// fp32 <-> bf16 conversions every bf16 matmul input goes through.
+#pragma once
+#include <cstdint>
+
+namespace clm {
+
+using bf16 = uint16_t;  // raw bfloat16 bits (upper half of an IEEE fp32)
+
+enum class MatPrec { BF16, F32 };
+
+// Round-to-nearest-even fp32 -> bf16 (NaN stays NaN). Parallel over n with OpenMP.
+void f32_to_bf16(const float* x, bf16* y, int64_t n);
+void bf16_to_f32(const bf16* x, float* y, int64_t n);
+inline float bf16_to_f32(bf16 v) {
+  union { uint32_t u; float f; } c;
+  c.u = uint32_t(v) << 16;
+  return c.f;
+}
+bf16 f32_to_bf16(float f);
+
+// C[M,N] = A[M,K] * B[K,N]   (accumulate=false)   or   C += A*B   (accumulate=true).
+// A is stored row-major as [M,K] (trans_a=false) or [K,M] (trans_a=true); likewise B as [K,N] or
+// [N,K]. A and B hold bf16 when prec==BF16 and fp32 when prec==F32; C is always fp32 row-major.
+// Deterministic for a given thread count (oneDNN does not split K across threads racily).
+void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
+          const void* B, float* C, bool accumulate);
+
+// The bf16 matmul ceiling of this machine: GFLOP/s of a large square bf16 gemm (fp32 accumulate),
+// best of `reps` timed runs after one warm-up. Used by `clocklm bench` for the "fraction of
+// ceiling" column.
+double measure_matmul_ceiling_gflops(int64_t n = 2048, int reps = 5);
+
+}  // namespace clm

@@ -1,0 +1,97 @@
+// Every layer of the GPT as a visible forward/backward pair: plain functions on raw pointers and
+// shapes, parallelised with OpenMP (static schedules and fixed-order reductions, so results are
+// bit-identical for a given thread count). The exact math is written down in docs/MODEL.md.
+//
+// Conventions: activations are row-major fp32. "N" is a number of token rows (B*T). A backward
+// function either writes its input gradient or ADDS into it; each says which. Parameter
+// gradients are always accumulated (+=), because gradient accumulation and tied weights need it.
+#pragma once
+#include <cstdint>
+
+#include "model/matmul.h"
+
+namespace clm {
+
+// --- token embedding --------------------------------------------------------------------------
+// out[n,:] = wte[tok[n],:]
+void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C);
+// dwte[tok[n],:] += dout[n,:]  (parallel over columns, so no two threads touch one element)
+void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N, int64_t C);
+
+// --- RMSNorm over the last dimension -------------------------------------------------------------
+// y = x * rstd (* g when g != nullptr), rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
+void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
+                 float eps);
+// dx += d/dx  (accumulates: the residual stream also carries a gradient); dg += d/dg if g.
+void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                 float* dg, int64_t rows, int64_t C);
+
+// --- linear layer y = x W^T (W stored [out, in] like torch.nn.Linear) ---------------------------
+// x, W, dy hold bf16 when prec==BF16, fp32 when F32 (see matmul.h); results are fp32.
+void linear_fwd(MatPrec prec, const void* x, const void* W, float* y, int64_t N, int64_t in,
+                int64_t out);
+// dx (=, or += when accumulate) dy W
+void linear_bwd_input(MatPrec prec, const void* dy, const void* W, float* dx, int64_t N, int64_t in,
+                      int64_t out, bool accumulate);
+// dW += dy^T x
+void linear_bwd_weight(MatPrec prec, const void* dy, const void* x, float* dW, int64_t N,
+                       int64_t in, int64_t out);
+
+// --- rotary position embedding ----------------------------------------------------------------
+// Tables for positions [0, T): cos/sin[t*(hd/2) + i] of angle t * base^(-2i/hd).
+void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base);
+// x is `rows` rows of hd (layout [.., T, hd]); row r is at position pos0 + r % T. Rotate-half
+// convention: pairs (x[i], x[i+hd/2]) are rotated by angle_i. In place.
+void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
+              int pos0 = 0);
+// Inverse rotation of the gradient, in place.
+void rope_bwd(float* dx, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
+              int pos0 = 0);
+
+// --- causal multi-head attention (grouped-query), tiled with an online softmax -------------------
+// q: [B, H, Tq, hd]; k, v: [B, Hkv, Tk_cap, hd] of which the first Tk positions are valid;
+// query i sits at absolute position Tk - Tq + i and attends to keys 0..that position.
+// Query head h reads kv head h / (H/Hkv). o: [B, H, Tq, hd]; lse (may be null): [B, H, Tq], the
+// log-sum-exp of the scaled scores, which backward uses to recompute the probabilities.
+// No T x T matrix is ever formed: memory is O(tile^2) per thread.
+void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
+// Backward for Tq == Tk == Tk_cap == T. Recomputes scores tile by tile from q, k and lse.
+// Writes dq (=), dk (=), dv (=). Parallel over (b, kv head): deterministic.
+void attention_bwd(const float* q, const float* k, const float* v, const float* o,
+                   const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                   int H, int Hkv, int T, int hd);
+
+// --- head layout changes around attention ---------------------------------------------------------
+// x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd].
+void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd);
+void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int hd);
+
+// --- MLP activations ----------------------------------------------------------------------------
+void relu2_fwd(const float* x, float* y, int64_t n);                        // y = max(x,0)^2
+void relu2_bwd(const float* x, const float* dy, float* dx, int64_t n);       // dx = (=)
+void gelu_fwd(const float* x, float* y, int64_t n);                         // tanh approximation
+void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n);
+// hg: [N, 2*Hd] = [up | gate] per row; y[N, Hd] = up * silu(gate). dhg (=) [N, 2*Hd].
+void swiglu_fwd(const float* hg, float* y, int64_t N, int64_t Hd);
+void swiglu_bwd(const float* hg, const float* dy, float* dhg, int64_t N, int64_t Hd);
+
+// --- residual add -------------------------------------------------------------------------------
+// out = a + b. Its backward is the identity into both inputs: callers route the gradient (the
+// residual stream gradient is shared, and branch ops accumulate into it).
+void residual_fwd(const float* a, const float* b, float* out, int64_t n);
+void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da += dout, db += dout
+
+// --- softcapped logits fused with cross-entropy --------------------------------------------------
+// logits: [N, Vp] raw z = x W_head^T, of which the first V columns are real (padding ignored).
+// Softcap s = cap*tanh(z/cap) (cap <= 0: s = z). loss[n] = logsumexp(s[n,:V]) - s[n,target]
+// (0 where target < 0). argmax[n] = argmax over the real vocabulary (may be null).
+// If want_grad, logits is overwritten IN PLACE with d(grad_scale * sum_n loss[n]) / dz (0 in the
+// padding and on ignored rows), so one [N, Vp] buffer serves forward and backward.
+// Returns sum of loss over non-ignored rows (double, fixed-order).
+double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
+                    float* loss, int32_t* argmax, bool want_grad, float grad_scale);
+// Softcap alone (for sampling): s = cap*tanh(z/cap), in place.
+void softcap_fwd(float* z, int64_t n, float cap);
+
+}  // namespace clm

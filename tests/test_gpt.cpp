@@ -1,0 +1,257 @@
+// Whole-model tests of the GPT: parameter naming/routing, untrained loss ~ ln(vocab), a finite-
+// difference gradient check of every parameter tensor on tiny configs (fp32 matmuls), bf16 vs fp32
+// agreement, determinism, gradient accumulation, and last_logits consistency.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "core/common.h"
+#include "model/gpt.h"
+
+using namespace clm;
+
+namespace {
+
+ModelConfig tiny(const std::string& act = "relu2") {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.d_model = 32;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.head_dim = 8;
+  c.mlp_ratio = 2.0f;
+  c.activation = act;
+  c.vocab_size = 37;  // padded to 64
+  c.seq_len = 16;
+  c.logit_softcap = 5.0f;
+  return c;
+}
+
+std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(r.next() % V);
+  return t;
+}
+
+}  // namespace
+
+TEST(GPT, ParamNamesShapesAndKinds) {
+  ModelConfig c = tiny("swiglu");
+  c.norm_gain = true;
+  GPT m(c, 2, 8);
+  std::map<std::string, const Param*> by;
+  for (auto& p : m.params()) by[p.name] = &p;
+  ASSERT_TRUE(by.count("wte"));
+  EXPECT_EQ(by["wte"]->kind, ParamKind::Embedding);
+  EXPECT_EQ(by["wte"]->shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(by["lm_head"]->kind, ParamKind::Head);
+  EXPECT_EQ(by["blocks.1.attn.wq"]->shape, (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(by["blocks.1.attn.wk"]->shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(by["blocks.0.attn.wo"]->kind, ParamKind::Matrix);
+  EXPECT_EQ(by["blocks.0.mlp.w_gate"]->shape, (std::vector<int64_t>{64, 32}));  // 2/3*64 -> 64
+  EXPECT_EQ(by["blocks.0.attn.q_norm.gain"]->kind, ParamKind::Scalar);
+  EXPECT_EQ(by["final_norm.gain"]->kind, ParamKind::Scalar);
+  int64_t n = 0;
+  for (auto& p : m.params()) n += p.numel();
+  EXPECT_EQ(n, m.num_params());
+  // wq|wk|wv and w_in|w_gate are adjacent (one fused matmul each)
+  EXPECT_EQ(by["blocks.0.attn.wk"]->data, by["blocks.0.attn.wq"]->data + 32 * 32);
+  EXPECT_EQ(by["blocks.0.mlp.w_gate"]->data, by["blocks.0.mlp.w_in"]->data + 64 * 32);
+  c.tie_embeddings = true;
+  GPT t(c, 1, 4);
+  for (auto& p : t.params()) EXPECT_NE(p.name, "lm_head");
+}
+
+TEST(GPT, MlpHidden) {
+  ModelConfig c;
+  c.d_model = 512;
+  c.mlp_ratio = 4;
+  EXPECT_EQ(c.mlp_hidden(), 2048);
+  c.activation = "swiglu";
+  EXPECT_EQ(c.mlp_hidden(), 1408);  // 2/3 * 2048 = 1365.3 -> 1408
+  c.activation = "relu2";
+  c.mlp_ratio = 2.6f;
+  EXPECT_EQ(c.mlp_hidden(), 1344);  // 1331.2 -> 1344
+}
+
+TEST(GPT, BadShapesAreRefused) {
+  ModelConfig c = tiny();
+  c.n_kv_head = 3;
+  EXPECT_THROW(GPT(c, 1, 4), Error);
+  c = tiny();
+  c.activation = "tanh";
+  EXPECT_THROW(GPT(c, 1, 4), Error);
+  GPT m(tiny(), 1, 4);
+  m.init_weights(1);
+  auto in = tokens(8, 37, 1);
+  EXPECT_THROW(m.forward(in.data(), in.data(), 2, 4), Error);  // larger than allocated
+  in[0] = 40;
+  EXPECT_THROW(m.forward(in.data(), in.data(), 1, 4), Error);  // token out of range
+}
+
+TEST(GPT, UntrainedLossIsLnVocab) {
+  ModelConfig c = tiny();
+  c.vocab_size = 300;
+  GPT m(c, 2, 16);
+  m.init_weights(3);
+  auto in = tokens(32, 300, 4), tg = tokens(32, 300, 5);
+  float loss = m.forward(in.data(), tg.data(), 2, 16);
+  EXPECT_NEAR(loss, std::log(300.0), 1e-4);  // zero-init head: uniform over the real vocab
+  c.zero_init_out = false;
+  GPT m2(c, 2, 16);
+  m2.init_weights(3);
+  EXPECT_NEAR(m2.forward(in.data(), tg.data(), 2, 16), std::log(300.0), 0.1);
+}
+
+// Finite differences in fp32 through the whole model (fp32 matmuls), sampled coordinates of every
+// parameter tensor: the relative error of the sampled gradient vector must be small.
+static void whole_model_gradcheck(ModelConfig c) {
+  c.zero_init_out = false;
+  c.init_std = 0.3f;
+  int B = 2, T = 7;
+  GPT m(c, B, T);
+  m.set_matmul_precision(MatPrec::F32);
+  m.init_weights(11);
+  auto in = tokens(B * T, c.vocab_size, 12), tg = tokens(B * T, c.vocab_size, 13);
+  tg[3] = -1;  // an ignored position
+  m.zero_grad();
+  m.forward(in.data(), tg.data(), B, T);
+  m.backward(1.0f);
+  m.set_grad_enabled(false);
+  Rng pick(5);
+  for (auto& p : m.params()) {
+    double num = 0, den = 0;
+    for (int s = 0; s < 6; ++s) {
+      int64_t i = int64_t(pick.next() % uint64_t(p.numel()));
+      if ((p.name == "wte" || p.name == "lm_head") && i >= int64_t(c.vocab_size) * c.d_model)
+        i %= int64_t(c.vocab_size) * c.d_model;
+      float old = p.data[i];
+      float h = 2e-3f;
+      p.data[i] = old + h;
+      m.weights_changed();
+      double lp = m.forward(in.data(), tg.data(), B, T);
+      p.data[i] = old - h;
+      m.weights_changed();
+      double lm = m.forward(in.data(), tg.data(), B, T);
+      p.data[i] = old;
+      double fd = (lp - lm) / (2.0 * h);
+      num += (fd - p.grad[i]) * (fd - p.grad[i]);
+      den += fd * fd;
+    }
+    EXPECT_LT(std::sqrt(num), 2e-2 * std::sqrt(den) + 2e-4) << p.name;
+  }
+}
+
+TEST(GPT, GradientCheckRelu2QkNorm) { whole_model_gradcheck(tiny("relu2")); }
+
+TEST(GPT, GradientCheckSwigluGainsTiedMQA) {
+  ModelConfig c = tiny("swiglu");
+  c.norm_gain = true;
+  c.tie_embeddings = true;
+  c.n_kv_head = 1;
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, GradientCheckGeluNoQkNormNoCap) {
+  ModelConfig c = tiny("gelu");
+  c.qk_norm = false;
+  c.logit_softcap = 0.0f;
+  c.norm_gain = true;
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, Bf16MatchesFp32AndIsDeterministic) {
+  ModelConfig c = tiny();
+  c.zero_init_out = false;
+  c.init_std = 0.1f;
+  int B = 2, T = 16;
+  auto in = tokens(B * T, 37, 21), tg = tokens(B * T, 37, 22);
+  GPT a(c, B, T), b(c, B, T), f(c, B, T);
+  a.init_weights(9);
+  b.init_weights(9);
+  f.init_weights(9);
+  f.set_matmul_precision(MatPrec::F32);
+  for (GPT* m : {&a, &b, &f}) m->zero_grad();
+  float la = a.forward(in.data(), tg.data(), B, T);
+  float lb = b.forward(in.data(), tg.data(), B, T);
+  float lf = f.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(std::memcmp(&la, &lb, 4), 0);  // same seed -> same bits
+  EXPECT_NEAR(la, lf, 0.01 * lf);
+  a.backward();
+  b.backward();
+  f.backward();
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const Param& pa = a.params()[i];
+    EXPECT_EQ(std::memcmp(pa.grad, b.params()[i].grad, 4 * pa.numel()), 0) << pa.name;
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < pa.numel(); ++j) {
+      double g = f.params()[i].grad[j];
+      num += (pa.grad[j] - g) * (pa.grad[j] - g);
+      den += g * g;
+    }
+    EXPECT_LT(std::sqrt(num), 0.05 * std::sqrt(den) + 1e-7) << pa.name;  // bf16 noise
+  }
+}
+
+TEST(GPT, BackwardAccumulatesScaled) {
+  ModelConfig c = tiny();
+  c.zero_init_out = false;
+  int B = 1, T = 8;
+  auto in = tokens(B * T, 37, 31), tg = tokens(B * T, 37, 32);
+  GPT m(c, B, T);
+  m.init_weights(2);
+  m.zero_grad();
+  m.forward(in.data(), tg.data(), B, T);
+  m.backward(1.0f);
+  std::vector<float> g1(m.params()[1].grad, m.params()[1].grad + m.params()[1].numel());
+  m.zero_grad();
+  for (int i = 0; i < 2; ++i) {
+    m.forward(in.data(), tg.data(), B, T);
+    m.backward(0.5f);
+  }
+  for (size_t j = 0; j < g1.size(); ++j) EXPECT_NEAR(m.params()[1].grad[j], g1[j], 1e-6 + 1e-4 * std::abs(g1[j]));
+  EXPECT_THROW(m.backward(), Error);  // no forward since the last backward
+}
+
+TEST(GPT, TokenLossArgmaxAndLastLogits) {
+  ModelConfig c = tiny();
+  c.zero_init_out = false;
+  c.init_std = 0.2f;
+  int B = 2, T = 9;
+  auto in = tokens(B * T, 37, 41), tg = tokens(B * T, 37, 42);
+  GPT m(c, B, T);
+  m.init_weights(4);
+  std::vector<float> tl(B * T);
+  std::vector<int32_t> am(B * T);
+  float mean = m.forward(in.data(), tg.data(), B, T, tl.data(), am.data());
+  double s = 0;
+  for (float v : tl) s += v;
+  EXPECT_NEAR(mean, s / (B * T), 1e-5);
+  std::vector<float> lg(B * 64);
+  m.last_logits(in.data(), B, T, lg.data());
+  for (int b = 0; b < B; ++b) {
+    int best = 0;
+    for (int j = 0; j < 37; ++j)
+      if (lg[b * 64 + j] > lg[b * 64 + best]) best = j;
+    EXPECT_EQ(best, am[b * T + T - 1]);
+    EXPECT_LE(std::abs(lg[b * 64]), c.logit_softcap);
+    EXPECT_TRUE(std::isinf(lg[b * 64 + 40]));  // padding
+    double mx = -1e30, sum = 0;
+    for (int j = 0; j < 37; ++j) mx = std::max(mx, double(lg[b * 64 + j]));
+    for (int j = 0; j < 37; ++j) sum += std::exp(lg[b * 64 + j] - mx);
+    EXPECT_NEAR(mx + std::log(sum) - lg[b * 64 + tg[b * T + T - 1]], tl[b * T + T - 1], 1e-4);
+  }
+}
+
+TEST(GPT, FlopsPerToken) {
+  ModelConfig c = tiny();
+  GPT m(c, 1, 4);
+  // 3 * (2 * matmul weights per token + causal attention)
+  double mm = 2 * ((32 + 16 + 16) * 32 + 32 * 32 + 64 * 32 + 64 * 32) + 64 * 32;
+  double att = 2 * 2.0 * 4 * 8 * (16 + 1);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(16), 3 * (2 * mm + att));
+}
