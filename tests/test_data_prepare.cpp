@@ -186,7 +186,8 @@ TEST(DataPrepare, IdempotentAndRefusesADifferentPreparation) {
   EXPECT_EQ(snapshot(c.dir / "ds"), before);
   other.force = true;
   EXPECT_FALSE(prepare_dataset(other).already_prepared);
-  EXPECT_EQ(Dataset::open((c.dir / "ds").string()).tokenizer.vocab_size(), 600u);
+  // (the trainer may stop below 600 on this tiny corpus, so check the recorded recipe)
+  EXPECT_EQ(Dataset::open((c.dir / "ds").string()).manifest["preparation"]["tokenizer"]["train"]["vocab_size"], 600);
 
   // Same inputs and parameters into a fresh folder with one thread: byte-identical output.
   fs::remove_all(c.dir / "ds2");

@@ -66,3 +66,15 @@ TEST(ExpRoofline, CachePathNamesTheMachine) {
   EXPECT_NE(p.find("clocklm/roofline-"), std::string::npos);
   EXPECT_NE(p, roofline_cache_path(1));  // thread count is part of the key
 }
+
+TEST(ExpRoofline, QuickMeasurementIsSane) {
+  // A tiny measurement (3 repetitions of small shapes): checks the machinery, not the speed.
+  Roofline r = measure_roofline(0.001, 0, nullptr, 256, size_t(1) << 20);
+  EXPECT_GT(r.fp32_flops, 1e8);
+  EXPECT_GE(r.bf16_flops, 0.0);
+  EXPECT_GT(r.copy_bytes_per_s, 1e8);
+  EXPECT_GT(r.triad_bytes_per_s, 1e8);
+  EXPECT_GT(r.ridge(true), 0.0);
+  EXPECT_EQ(r.matmul_size, 256);
+  EXPECT_FALSE(r.measured_at.empty());
+}

@@ -6,6 +6,8 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "exp/profile_report.h"
+#include "exp/profile_run.h"
 #include "exp/report.h"
 #include "exp/roofline.h"
 #include "exp/runs.h"
@@ -39,6 +41,45 @@ static void register_roofline(CLI::App& app) {
     std::printf("memory triad    %8.1f GB/s\n", r.triad_bytes_per_s / 1e9);
     std::printf("ridge point     %8.1f FLOP/byte (bf16 peak / bandwidth); fp32: %.1f\n", r.ridge(true), r.ridge(false));
     std::printf("measured        %s; cached in %s\n", r.measured_at.c_str(), roofline_cache_path(threads).c_str());
+  });
+}
+
+static void register_profile(CLI::App& app) {
+  auto* cmd = app.add_subcommand("profile", "Time every op of N training steps (synthetic tokens) against this machine's roofline");
+  struct Opts {
+    ProfileRunOptions po;
+    std::string out;
+    int top = 30;
+    bool fp32 = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--config", o->po.config, "Preset name or JSON config file")->required();
+  cmd->add_option("--set", o->po.sets, "Override a config key: key=value (repeatable)");
+  cmd->add_option("--steps", o->po.steps, "Profiled training steps")->capture_default_str();
+  cmd->add_option("--warmup", o->po.warmup, "Unprofiled steps first")->capture_default_str();
+  cmd->add_option("--batch", o->po.batch, "Rows per step (default: train.micro_batch)");
+  cmd->add_option("--seq", o->po.seq, "Sequence length (default: model.seq_len)");
+  cmd->add_option("--vocab", o->po.default_vocab, "Vocabulary size when the config leaves it to the dataset")
+      ->capture_default_str();
+  cmd->add_option("--out", o->out, "Folder for profile.json, trace.json and profile.txt")->required();
+  cmd->add_option("--top", o->top, "Rows of the printed table")->capture_default_str();
+  cmd->add_flag("--fp32-roof", o->fp32, "Judge ops against the fp32 matmul peak instead of bf16");
+  cmd->callback([o] {
+    ProfileRunResult r = profile_training_steps(o->po);
+    Roofline roof = machine_roofline(false, r.threads, stderr);
+    ProfileSummary s = analyze_profile(r.prof, r.measured_seconds, o->po.steps, roof, !o->fp32);
+    make_dirs(o->out);
+    atomic_write(o->out + "/profile.json", profile_json(s).dump(2) + "\n");
+    atomic_write(o->out + "/trace.json", chrome_trace(r.prof).dump() + "\n");
+    atomic_write(o->out + "/profile.txt", format_profile_table(s, 1000));
+    double step_s = r.measured_seconds / o->po.steps;
+    std::printf("%s: B=%d T=%d, %d threads, %.1f tokens/s, %.1f model GFLOP/s (%.1f%% of the %s roof)\n",
+                r.config_name.c_str(), r.B, r.T, r.threads, r.tokens_per_step / step_s,
+                r.tokens_per_step * r.flops_per_token / step_s / 1e9,
+                100 * r.tokens_per_step * r.flops_per_token / step_s / s.peak_flops(), o->fp32 ? "fp32" : "bf16");
+    std::printf("%s", format_profile_table(s, o->top).c_str());
+    std::printf("wrote %s/profile.json, %s/trace.json (open in https://ui.perfetto.dev), %s/profile.txt\n",
+                o->out.c_str(), o->out.c_str(), o->out.c_str());
   });
 }
 
@@ -167,6 +208,7 @@ static void register_sweep(CLI::App& app) {
 
 void register_exp_commands(CLI::App& app) {
   register_roofline(app);
+  register_profile(app);
   register_runs(app);
   register_report(app);
   register_compare(app);

@@ -287,7 +287,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
       const nlohmann::json& op = old.contains("preparation") ? old["preparation"] : nlohmann::json::object();
       for (auto& [k, v] : key.items())
         if (!op.contains(k) || op[k] != v) diffs.push_back(k);
-      fail("prepare: {} already holds a different preparation ({} differ); pass --force to replace it", opt.out,
+      fail("prepare: {} already holds a different preparation (changed: {}); pass --force to replace it", opt.out,
            fmt::join(diffs, ", "));
     }
   }
@@ -474,8 +474,9 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   if (writers[1].documents == 0)
     fail("prepare: the validation split is empty; {}",
          separate_val ? "the --val inputs hold no documents"
-                      : fmt::format("no document was held out with --val-fraction {} (use a larger fraction, "
-                                    "more documents, or --val)", val_fraction));
+                      : fmt::format("none of the {} documents was held out with --val-fraction {} (a .txt file "
+                                    "is one document; use a larger fraction, more documents, or --val FILE)",
+                                    writers[0].documents, val_fraction));
 
   // ---- manifest -----------------------------------------------------------------------------
   int64_t malformed = stats[0].malformed_lines + stats[1].malformed_lines;

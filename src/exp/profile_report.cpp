@@ -213,6 +213,7 @@ nlohmann::json chrome_trace(const Profiler& prof) {
   for (const auto& st : prof.steps) origin = std::min(origin, st.first);
   if (origin == HUGE_VAL) origin = prof.origin;
   auto us = [&](double t) { return std::round((t - origin) * 1e7) / 10.0; };  // 0.1 us resolution
+  auto dur_us = [](double a, double b) { return std::max(0.0, std::round((b - a) * 1e7) / 10.0); };
   nlohmann::json evs = nlohmann::json::array();
   evs.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "clocklm"}}}});
   evs.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 1}, {"args", {{"name", "ops"}}}});
@@ -221,7 +222,7 @@ nlohmann::json chrome_trace(const Profiler& prof) {
   for (size_t i = 0; i < prof.steps.size(); ++i) {
     auto [a, b] = prof.steps[i];
     evs.push_back({{"name", fmt::format("step {}", i)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(a)},
-                   {"dur", std::max(0.0, us(b) - us(a))}, {"pid", 1}, {"tid", 2}});
+                   {"dur", dur_us(a, b)}, {"pid", 1}, {"tid", 2}});
   }
   // Sorted by start (outer scopes first) so viewers nest them without guessing.
   std::vector<const OpEvent*> sorted;
@@ -236,7 +237,7 @@ nlohmann::json chrome_trace(const Profiler& prof) {
     if (dur > 0 && e->flops > 0) args["GFLOP/s"] = std::round(e->flops / dur / 1e7) / 100;
     if (dur > 0 && e->bytes > 0) args["GB/s"] = std::round(e->bytes / dur / 1e7) / 100;
     evs.push_back({{"name", e->name ? e->name : "?"}, {"cat", e->phase ? e->phase : "other"}, {"ph", "X"},
-                   {"ts", us(e->start)}, {"dur", std::max(0.0, us(e->end) - us(e->start))}, {"pid", 1},
+                   {"ts", us(e->start)}, {"dur", dur_us(e->start, e->end)}, {"pid", 1},
                    {"tid", 1}, {"args", args}});
   }
   return {{"traceEvents", evs}, {"displayTimeUnit", "ms"}};

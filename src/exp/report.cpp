@@ -249,6 +249,8 @@ static Table results_table(const std::vector<const RunData*>& runs, bool highlig
       {"tokens", [](const RunData& r) { return r.tokens(); }, [](double v) { return fmt_si(v, 2); }, 0},
       {"device time", [](const RunData& r) { return r.device_seconds(); }, [](double v) { return fmt_seconds(v); }, 0},
       {"tokens/s", [](const RunData& r) { return r.tokens_per_second(); }, [](double v) { return fmt_si(v, 1); }, +1},
+      {"model GFLOP/s", [](const RunData& r) { return r.model_flops_per_second(); }, [](double v) { return fmt_num(v / 1e9, 1); }, +1},
+      {"MFU (median)", [](const RunData& r) { return r.mfu(); }, [](double v) { return std::isnan(v) ? "-" : fmt::format("{:.1f}%", 100 * v); }, +1},
       {"params", [](const RunData& r) { return r.params(); }, [](double v) { return fmt_si(v, 1); }, 0},
   };
   for (auto& row : rows) {
@@ -368,14 +370,15 @@ ReportFiles write_compare(const std::vector<RunData>& runs_in, const std::string
     for (auto& c : cfgs) vals.push_back(c.count(k) ? c[k] : "(absent)");
     bool differs = std::any_of(vals.begin(), vals.end(), [&](const std::string& v) { return v != vals[0]; });
     if (differs) {
+      // The key in bold, and every value that differs from the first run's.
       std::vector<std::string> line{"**" + k + "**"};
-      for (auto& v : vals) line.push_back("**" + v + "**");
+      for (auto& v : vals) line.push_back(v == vals[0] ? v : "**" + v + "**");
       diff.push_back(line);
     } else {
       same.push_back({k, vals[0]});
     }
   }
-  md += "## Configuration differences\n\n";
+  md += "## Configuration differences\n\nSettings that differ between the runs; values unlike the first run's in bold.\n\n";
   md += diff.size() > 1 ? md_table(diff) : std::string("The configurations are identical.\n");
   md += "\n## Curves\n\n";
   for (auto& [file, alt] : images) md += fmt::format("![{}]({})\n\n", alt, file);

@@ -154,7 +154,8 @@ static void time_bandwidth(size_t n, int threads, double seconds, double& copy_b
   (void)sink;
 }
 
-Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log) {
+Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, int matmul_size,
+                          size_t array_floats) {
   if (threads <= 0) threads = default_threads();
   int prev = omp_get_max_threads();
   omp_set_num_threads(threads);
@@ -162,14 +163,14 @@ Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log) 
   auto m = machine_info();
   r.cpu_model = m.value("cpu_model", "unknown");
   r.threads = threads;
-  r.matmul_size = 2048;
+  r.matmul_size = matmul_size;
   if (log) std::fprintf(log, "roofline: measuring %d-thread matmul and bandwidth (~%.0f s)...\n", threads,
                         4 * seconds_per_test + 2);
   r.fp32_flops = time_matmul(r.matmul_size, false, seconds_per_test);
   if (log) std::fprintf(log, "roofline: fp32 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.fp32_flops / 1e9);
   r.bf16_flops = time_matmul(r.matmul_size, true, seconds_per_test);
   if (log) std::fprintf(log, "roofline: bf16 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.bf16_flops / 1e9);
-  size_t n = size_t(32) << 20;  // 32M floats = 128 MB per array: far beyond any CPU cache
+  size_t n = array_floats;  // default 32M floats = 128 MB per array: far beyond any CPU cache
   r.array_mb = double(n) * 4 / (1 << 20);
   time_bandwidth(n, threads, seconds_per_test, r.copy_bytes_per_s, r.triad_bytes_per_s);
   if (log)

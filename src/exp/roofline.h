@@ -32,7 +32,10 @@ Roofline roofline_from_json(const nlohmann::json& j);  // throws Error on missin
 
 // Measures now (about `seconds_per_test` x 4 plus set-up; ~6-10 s with the default). threads<=0:
 // default_threads(). `log` (may be null) gets one line per measurement.
-Roofline measure_roofline(double seconds_per_test = 1.5, int threads = 0, std::FILE* log = nullptr);
+// matmul_size / array_floats: the square matmul side and the floats per bandwidth array (the
+// defaults are what the cache holds; tests pass small ones).
+Roofline measure_roofline(double seconds_per_test = 1.5, int threads = 0, std::FILE* log = nullptr,
+                          int matmul_size = 2048, size_t array_floats = size_t(32) << 20);
 
 // Where this machine's roofline is cached: $XDG_CACHE_HOME or ~/.cache, then
 // clocklm/roofline-<hostname>-<hash of cpu model, features and threads>.json ("" if no home).

@@ -58,6 +58,22 @@ double RunData::params() const {
   double v = num(summary, "params");
   return std::isnan(v) ? num(run, "params") : v;
 }
+static double median_of(const RunData& r, const char* key) {
+  std::vector<double> v;
+  for (const auto& row : r.metrics)
+    if (double x = num(row, key); !std::isnan(x)) v.push_back(x);
+  if (v.empty()) return kNaN;
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double RunData::model_flops_per_second() const {
+  double v = num(summary, "model_flops_per_second");
+  return std::isnan(v) ? median_of(*this, "model_flops_per_second") : v;
+}
+
+double RunData::mfu() const { return median_of(*this, "mfu"); }
+
 double RunData::core() const {
   if (!summary.is_object() || !summary.contains("core")) return kNaN;
   const auto& c = summary["core"];

@@ -31,6 +31,8 @@ struct RunData {
   double tokens_per_second() const;
   double params() const;
   double last_loss() const;
+  double model_flops_per_second() const;  // summary, else the median over metrics rows
+  double mfu() const;                     // median of the metrics rows' "mfu" (model FLOP/s / peak)
   // (x, y) of every metrics row that has both keys as numbers, e.g. ("device_seconds", "loss").
   std::vector<std::pair<double, double>> series(const std::string& x, const std::string& y) const;
 };

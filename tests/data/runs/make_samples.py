@@ -52,7 +52,8 @@ def make(name, cfg, steps, final_loss, tok_s, seed, finished, core=None, bpt=4.3
         lr = 1.0 if frac < 0.6 else (1 - frac) / 0.4
         row = {"step": step, "tokens": tokens, "device_seconds": round(t, 3), "loss": round(loss, 4),
                "lr": round(lr, 4), "grad_norm": round(0.4 + 2.0 * math.exp(-4 * frac) + abs(rng.gauss(0, 0.05)), 4),
-               "tokens_per_second": round(ts, 1), "model_flops_per_second": round(ts * 6 * params, 0)}
+               "tokens_per_second": round(ts, 1), "model_flops_per_second": round(ts * 6 * params, 0),
+               "mfu": round(ts * 6 * params / 430e9, 4)}
         if t >= next_val or (finished and step == steps):
             row["val_bpb"] = round((loss + 0.05) / math.log(2) / bpt, 4)
             next_val += 30.0

@@ -1,0 +1,69 @@
+// `clocklm profile`: times N full training steps (forward, backward, optimizer) of a config on
+// synthetic tokens with the profiler attached, then writes the per-op analysis (profile_report.h).
+// Synthetic tokens make it independent of any dataset; op costs depend only on shapes.
+#include "exp/profile_run.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/common.h"
+#include "exp/profile_report.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+namespace clm {
+
+ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
+  RunConfig cfg = load_config(o.config, o.sets);
+  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = o.default_vocab;
+  if (o.seq > 0) cfg.model.seq_len = o.seq;
+  validate(cfg);
+  if (o.steps < 1) fail("profile: --steps must be at least 1");
+  const int B = o.batch > 0 ? o.batch : cfg.train.micro_batch, T = cfg.model.seq_len;
+  const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_threads();
+  omp_set_num_threads(threads);
+
+  GPT model(cfg.model, B, T);
+  model.init_weights(cfg.train.seed);
+  Optimizer opt(model.params(), cfg.optim);
+  std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
+  Rng rng(cfg.train.seed);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
+    targets[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
+  }
+  auto step = [&] {
+    model.zero_grad();
+    float loss = model.forward(inputs.data(), targets.data(), B, T);
+    if (!std::isfinite(loss)) fail("profile: loss is {} (config {})", loss, cfg.name);
+    model.backward(1.0f);
+    opt.step(1.0f);
+  };
+  // Warm-up steps off the record: oneDNN builds its primitives and pages get touched.
+  for (int i = 0; i < o.warmup; ++i) step();
+
+  ProfileRunResult r;
+  r.prof.clear();
+  model.set_profiler(&r.prof);
+  opt.set_profiler(&r.prof);
+  for (int i = 0; i < o.steps; ++i) {
+    double t0 = now_seconds();
+    step();
+    r.prof.mark_step(t0, now_seconds());
+  }
+  model.set_profiler(nullptr);
+  opt.set_profiler(nullptr);
+  for (auto& [a, b] : r.prof.steps) r.measured_seconds += b - a;
+  r.tokens_per_step = double(B) * T;
+  r.flops_per_token = model.flops_per_token(T);
+  r.config_name = cfg.name;
+  r.B = B;
+  r.T = T;
+  r.threads = threads;
+  return r;
+}
+
+}  // namespace clm
