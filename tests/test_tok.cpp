@@ -96,7 +96,7 @@ TEST(Tok, TrainerVocabAndRanking) {
     EXPECT_EQ(t.token_bytes()[id] == 0, special) << id;
   }
   // The saved merges form a valid ranking: merge r creates id 256 + r from ids that exist before it.
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_rank";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_rank");
   fs::create_directories(dir);
   t.save((dir / "tok.json").string());
   auto j = nlohmann::json::parse(read_file((dir / "tok.json").string()));
@@ -186,7 +186,7 @@ TEST(Tok, TokenBytesSumToDecodedLength) {
 }
 
 TEST(Tok, SaveLoadFileFolderAndGpt2) {
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_save";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_save");
   fs::remove_all(dir);
   fs::create_directories(dir / "folder");
   const Tokenizer& t = trained();
@@ -213,7 +213,7 @@ TEST(Tok, SaveLoadFileFolderAndGpt2) {
 }
 
 TEST(Tok, LoadErrors) {
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_err";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_err");
   fs::remove_all(dir);
   fs::create_directories(dir / "empty");
   EXPECT_THROW(Tokenizer::load((dir / "missing.json").string()), Error);
@@ -264,7 +264,7 @@ TEST(Tok, ParallelAndBatchEqualSerial) {
 
 TEST(Tok, CommandLine) {
   if (!have_gpt2()) GTEST_SKIP() << "no GPT-2 files under " << gpt2_dir();
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_cli";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_cli");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::string bin = CLOCKLM_BINARY, d = dir.string();
