@@ -70,7 +70,7 @@ TEST(DataCorpus, JsonLineParser) {
 TEST(DataCorpus, ReadsAllFormatsAndCountsMalformed) {
   auto d = temp_dir("corpus_formats");
   write_raw(d / "a.txt", "whole file\nis one document\n");
-  write_raw(d / "b.jsonl", "{\"text\": \"b1\"}\n\n{\"text\": \"b2\"}\n{broken\n{\"text\": \"b3\"}");
+  write_raw(d / "b.jsonl", "\xEF\xBB\xBF{\"text\": \"b1\"}\n\n{\"text\": \"b2\"}\n{broken\n{\"text\": \"b3\"}");
   write_zst(d / "c.jsonl.zst", "{\"text\": \"c1\"}\n{\"text\": 7}\n{\"text\": \"c2\"}\n");
   write_gz(d / "d.jsonl.gz", "{\"text\": \"d1\"}\n{\"text\": \"d2\"}\n");
   write_raw(d / "ignored.md", "not a corpus file");
@@ -143,5 +143,34 @@ TEST(DataCorpus, TruncatedCompressedFilesAreErrors) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
   }
+  fs::remove_all(d);
+}
+
+TEST(DataCorpus, TxtFilesCutAtBlankLines) {
+  std::string text = "para one\nline two\n\npara two\n\n\npara three is longer\n\nfour\n\nfive";
+  for (size_t min : {1, 5, 12, 30, 1000}) {
+    auto pieces = cut_at_blank_lines(text, min);
+    std::string joined;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      joined += pieces[i];
+      if (i + 1 < pieces.size()) {
+        EXPECT_GE(pieces[i].size(), min);
+        EXPECT_TRUE(pieces[i].ends_with("\n\n")) << pieces[i];
+      }
+    }
+    EXPECT_EQ(joined, text) << "min " << min;
+  }
+  EXPECT_EQ(cut_at_blank_lines(text, 1000).size(), 1u);
+  EXPECT_TRUE(cut_at_blank_lines("", 10).empty());
+  auto d = temp_dir("corpus_txtcut");
+  write_raw(d / "a.txt", text);
+  CorpusOptions o;
+  o.txt_doc_bytes = 12;
+  CorpusStats st;
+  std::vector<std::string> docs;
+  for_each_document({(d / "a.txt").string()}, [&](std::string_view s) { docs.emplace_back(s); return true; }, &st, o);
+  EXPECT_EQ(docs.size(), cut_at_blank_lines(text, 12).size());
+  EXPECT_EQ(st.documents, int64_t(docs.size()));
+  EXPECT_EQ(st.bytes, int64_t(text.size()));
   fs::remove_all(d);
 }

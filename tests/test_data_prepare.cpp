@@ -254,6 +254,44 @@ TEST(DataPrepare, FailuresLeaveNothingBehind) {
   fs::remove_all(c.dir);
 }
 
+TEST(DataPrepare, OneTextFileCutIntoDocuments) {
+  Corpus c = make_corpus("prep_txtcut");
+  Rng rng(3);
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += make_doc(rng, 20) + "\n\n";
+  atomic_write((c.dir / "one.txt").string(), text);
+  PrepareOptions o = base_opts(c);
+  o.inputs = {(c.dir / "one.txt").string()};
+  EXPECT_THROW(prepare_dataset(o), Error);  // one document: nothing to hold out
+  o.txt_doc_bytes = 300;
+  prepare_dataset(o);
+  Dataset ds = Dataset::open(o.out);
+  auto train = decode_split(ds, ds.train_shards), val = decode_split(ds, ds.val_shards);
+  EXPECT_EQ(train.size() + val.size(), cut_at_blank_lines(text, 300).size());
+  EXPECT_FALSE(val.empty());
+  fs::remove_all(c.dir);
+}
+
+TEST(DataPrepare, DatasetOpenChecksTheTokenizer) {
+  Corpus c = make_corpus("prep_open");
+  prepare_dataset(base_opts(c));
+  fs::path ds = c.dir / "ds";
+  nlohmann::json m = nlohmann::json::parse(read_file((ds / "manifest.json").string()));
+  std::string good = m.dump();
+  m["tokenizer"]["hash"] = "0123456789abcdef";
+  atomic_write((ds / "manifest.json").string(), m.dump());
+  try {
+    Dataset::open(ds.string());
+    ADD_FAILURE() << "a tokenizer that is not the manifest's was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0123456789abcdef"), std::string::npos) << e.what();
+  }
+  atomic_write((ds / "manifest.json").string(), good);
+  fs::remove(ds / "tokenizer.json");
+  EXPECT_THROW(Dataset::open(ds.string()), Error);
+  fs::remove_all(c.dir);
+}
+
 TEST(DataPrepare, LoaderReadsAPreparedDataset) {
   Corpus c = make_corpus("prep_loader");
   prepare_dataset(base_opts(c));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -136,5 +137,41 @@ TEST(ExpSweep, RunsEveryVariantThenComparesAndRanks) {
   std::fclose(log);
   EXPECT_EQ(read_file(o.out_dir + "/calls.txt"), "ran\nran\nran\n");
   ::unsetenv("CLOCKLM_GNUPLOT");
+  fs::remove_all(d);
+}
+
+static int run_cli(const std::string& args, std::string* out) {
+  std::string cmd = std::string(CLOCKLM_BINARY) + " " + args + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(ExpSweep, CliDryRunAndSpecErrors) {
+  fs::path d = fs::temp_directory_path() / "clocklm_test_exp_sweep_cli";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  atomic_write((d / "lr.json").string(), R"({
+    // comments are allowed
+    "config": "d4", "data": "data", "budget": "30s",
+    "grid": {"optim.matrix.lr": [0.01, 0.02]}
+  })");
+  std::string out;
+  ASSERT_EQ(run_cli("sweep " + (d / "lr.json").string() + " --dry-run --out " + (d / "out").string(), &out), 0) << out;
+  EXPECT_NE(out.find("train --config d4 --set optim.matrix.lr=0.01 --out " + (d / "out/lr0.01").string() +
+                     " --data " + (d / "data").string() + " --budget 30s"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("run 2/2 lr0.02"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d / "out"));  // a dry run writes nothing
+  atomic_write((d / "bad.json").string(), R"({"config": "d4", "data": "x", "budget": "1m", "grid": []})");
+  out.clear();
+  EXPECT_EQ(run_cli("sweep " + (d / "bad.json").string(), &out), 1);
+  EXPECT_NE(out.find("clocklm: error: " + (d / "bad.json").string() + ": sweep spec: \"grid\" must be an object"),
+            std::string::npos)
+      << out;
   fs::remove_all(d);
 }
