@@ -145,3 +145,32 @@ TEST(DataCorpus, TruncatedCompressedFilesAreErrors) {
   }
   fs::remove_all(d);
 }
+
+TEST(DataCorpus, TxtFilesCutAtBlankLines) {
+  std::string text = "para one\nline two\n\npara two\n\n\npara three is longer\n\nfour\n\nfive";
+  for (size_t min : {1, 5, 12, 30, 1000}) {
+    auto pieces = cut_at_blank_lines(text, min);
+    std::string joined;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      joined += pieces[i];
+      if (i + 1 < pieces.size()) {
+        EXPECT_GE(pieces[i].size(), min);
+        EXPECT_TRUE(pieces[i].ends_with("\n\n")) << pieces[i];
+      }
+    }
+    EXPECT_EQ(joined, text) << "min " << min;
+  }
+  EXPECT_EQ(cut_at_blank_lines(text, 1000).size(), 1u);
+  EXPECT_TRUE(cut_at_blank_lines("", 10).empty());
+  auto d = temp_dir("corpus_txtcut");
+  write_raw(d / "a.txt", text);
+  CorpusOptions o;
+  o.txt_doc_bytes = 12;
+  CorpusStats st;
+  std::vector<std::string> docs;
+  for_each_document({(d / "a.txt").string()}, [&](std::string_view s) { docs.emplace_back(s); return true; }, &st, o);
+  EXPECT_EQ(docs.size(), cut_at_blank_lines(text, 12).size());
+  EXPECT_EQ(st.documents, int64_t(docs.size()));
+  EXPECT_EQ(st.bytes, int64_t(text.size()));
+  fs::remove_all(d);
+}

@@ -254,6 +254,24 @@ TEST(DataPrepare, FailuresLeaveNothingBehind) {
   fs::remove_all(c.dir);
 }
 
+TEST(DataPrepare, OneTextFileCutIntoDocuments) {
+  Corpus c = make_corpus("prep_txtcut");
+  Rng rng(3);
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += make_doc(rng, 20) + "\n\n";
+  atomic_write((c.dir / "one.txt").string(), text);
+  PrepareOptions o = base_opts(c);
+  o.inputs = {(c.dir / "one.txt").string()};
+  EXPECT_THROW(prepare_dataset(o), Error);  // one document: nothing to hold out
+  o.txt_doc_bytes = 300;
+  prepare_dataset(o);
+  Dataset ds = Dataset::open(o.out);
+  auto train = decode_split(ds, ds.train_shards), val = decode_split(ds, ds.val_shards);
+  EXPECT_EQ(train.size() + val.size(), cut_at_blank_lines(text, 300).size());
+  EXPECT_FALSE(val.empty());
+  fs::remove_all(c.dir);
+}
+
 TEST(DataPrepare, DatasetOpenChecksTheTokenizer) {
   Corpus c = make_corpus("prep_open");
   prepare_dataset(base_opts(c));

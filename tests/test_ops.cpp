@@ -419,3 +419,92 @@ TEST(Ops, SoftcapCrossEntropy) {
       EXPECT_NEAR(h[j], cap > 0 ? cap * std::tanh(z[j] / cap) : z[j], 1e-5);
   }
 }
+
+TEST(Ops, FusedQkvHeadsMatchSeparateOps) {
+  for (bool qkn : {false, true}) {
+    int B = 2, T = 7, H = 4, Hkv = 2, hd = 10;
+    int64_t N = B * T, ld = (H + 2 * Hkv) * hd;
+    float eps = 1e-6f;
+    VecF qkv = randn(N * ld, 111), qg = randn(hd, 112, 0.3f), kg = randn(hd, 113, 0.3f);
+    for (auto& v : qg) v += 1;
+    for (auto& v : kg) v += 1;
+    VecF cs(T * hd / 2), sn(T * hd / 2);
+    rope_tables(cs.data(), sn.data(), T, hd, 500.0f);
+    size_t nq = N * H * hd, nk = N * Hkv * hd;
+    VecF q(nq), k(nk), v(nk), qraw(nq), kraw(nk), qr(N * H), kr(N * Hkv);
+    qkv_heads_fwd(qkv.data(), B, T, H, Hkv, hd, qkn, qg.data(), kg.data(), eps, cs.data(), sn.data(),
+                  qraw.data(), kraw.data(), qr.data(), kr.data(), q.data(), k.data(), v.data());
+    // reference: separate ops
+    VecF q2(nq), k2(nk), v2(nk), q3(nq), k3(nk), qr2(N * H), kr2(N * Hkv);
+    split_heads(qkv.data(), ld, q2.data(), B, T, H, hd);
+    split_heads(qkv.data() + H * hd, ld, k2.data(), B, T, Hkv, hd);
+    split_heads(qkv.data() + (H + Hkv) * hd, ld, v2.data(), B, T, Hkv, hd);
+    if (qkn) {
+      rmsnorm_fwd(q2.data(), qg.data(), q3.data(), qr2.data(), N * H, hd, eps);
+      rmsnorm_fwd(k2.data(), kg.data(), k3.data(), kr2.data(), N * Hkv, hd, eps);
+    } else {
+      q3 = q2;
+      k3 = k2;
+    }
+    rope_fwd(q3.data(), N * H, T, hd, cs.data(), sn.data());
+    rope_fwd(k3.data(), N * Hkv, T, hd, cs.data(), sn.data());
+    for (size_t i = 0; i < nq; ++i) ASSERT_NEAR(q[i], q3[i], 1e-5);
+    for (size_t i = 0; i < nk; ++i) ASSERT_NEAR(k[i], k3[i], 1e-5);
+    for (size_t i = 0; i < nk; ++i) ASSERT_EQ(v[i], v2[i]);
+    // backward against the separate backward ops
+    VecF dq = randn(nq, 114), dk = randn(nk, 115), dv = randn(nk, 116), dqkv(N * ld);
+    VecF dqg(hd, 0.0f), dkg(hd, 0.0f);
+    qkv_heads_bwd(dq.data(), dk.data(), dv.data(), qraw.data(), kraw.data(), qr.data(), kr.data(),
+                  qg.data(), kg.data(), dqg.data(), dkg.data(), B, T, H, Hkv, hd, qkn, cs.data(),
+                  sn.data(), dqkv.data());
+    VecF rq = dq, rk = dk, xq(nq, 0.0f), xk(nk, 0.0f), rqg(hd, 0.0f), rkg(hd, 0.0f), full(N * ld);
+    rope_bwd(rq.data(), N * H, T, hd, cs.data(), sn.data());
+    rope_bwd(rk.data(), N * Hkv, T, hd, cs.data(), sn.data());
+    if (qkn) {
+      rmsnorm_bwd(q2.data(), qg.data(), qr2.data(), rq.data(), xq.data(), rqg.data(), N * H, hd);
+      rmsnorm_bwd(k2.data(), kg.data(), kr2.data(), rk.data(), xk.data(), rkg.data(), N * Hkv, hd);
+    } else {
+      xq = rq;
+      xk = rk;
+    }
+    merge_heads(xq.data(), full.data(), ld, B, T, H, hd);
+    merge_heads(xk.data(), full.data() + H * hd, ld, B, T, Hkv, hd);
+    merge_heads(dv.data(), full.data() + (H + Hkv) * hd, ld, B, T, Hkv, hd);
+    for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(dqkv[i], full[i], 1e-5);
+    for (int d = 0; d < hd; ++d) {
+      EXPECT_NEAR(dqg[d], rqg[d], 1e-4);
+      EXPECT_NEAR(dkg[d], rkg[d], 1e-4);
+    }
+    // bf16 output = rounded fp32 output
+    std::vector<bf16> db(N * ld);
+    VecF dqg2(hd, 0.0f), dkg2(hd, 0.0f);
+    qkv_heads_bwd(dq.data(), dk.data(), dv.data(), qraw.data(), kraw.data(), qr.data(), kr.data(),
+                  qg.data(), kg.data(), dqg2.data(), dkg2.data(), B, T, H, Hkv, hd, qkn, cs.data(),
+                  sn.data(), db.data());
+    for (size_t i = 0; i < db.size(); ++i) ASSERT_EQ(db[i], f32_to_bf16(dqkv[i]));
+  }
+}
+
+TEST(Ops, Bf16OutputVariantsRoundTheFp32Result) {
+  int64_t N = 5, C = 67;
+  VecF x = randn(N * C, 121), g = randn(C, 122), y(N * C), r(N), dy = randn(N * C, 123);
+  std::vector<bf16> yb(N * C);
+  rmsnorm_fwd(x.data(), g.data(), y.data(), r.data(), N, C, 1e-6f);
+  rmsnorm_fwd(x.data(), g.data(), yb.data(), r.data(), N, C, 1e-6f);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(yb[i], f32_to_bf16(y[i]));
+  relu2_fwd(x.data(), y.data(), N * C);
+  relu2_fwd(x.data(), yb.data(), N * C);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(yb[i], f32_to_bf16(y[i]));
+  gelu_bwd(x.data(), dy.data(), y.data(), N * C);
+  gelu_bwd(x.data(), dy.data(), yb.data(), N * C);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(yb[i], f32_to_bf16(y[i]));
+  VecF hg = randn(N * 2 * C, 124), sy(N * C);
+  std::vector<bf16> sb(N * C), dhb(N * 2 * C);
+  VecF dh(N * 2 * C);
+  swiglu_fwd(hg.data(), sy.data(), N, C);
+  swiglu_fwd(hg.data(), sb.data(), N, C);
+  for (size_t i = 0; i < sy.size(); ++i) ASSERT_EQ(sb[i], f32_to_bf16(sy[i]));
+  swiglu_bwd(hg.data(), dy.data(), dh.data(), N, C);
+  swiglu_bwd(hg.data(), dy.data(), dhb.data(), N, C);
+  for (size_t i = 0; i < dh.size(); ++i) ASSERT_EQ(dhb[i], f32_to_bf16(dh[i]));
+}

@@ -67,6 +67,8 @@ void register_data_commands(CLI::App& app) {
       ->capture_default_str();
   prep->add_option("--out,-o", opt->out, "output folder")->required();
   prep->add_option("--shard-tokens", opt->shard_tokens, "tokens per shard (a shard never splits a document)")->capture_default_str();
+  prep->add_option("--txt-doc-bytes", opt->txt_doc_bytes,
+                   "cut .txt inputs at blank lines into documents of at least this many bytes (default 0: a .txt file is one document)");
   prep->add_flag("--force", opt->force, "replace a different preparation already in --out");
   prep->add_option("--preset", opt->preset, preset_help);
   prep->add_option("--threads", opt->threads, "worker threads (default: all cores, or CLOCKLM_THREADS)");

@@ -420,13 +420,38 @@ JsonLineResult parse_jsonl_text(std::string_view line, std::string& text) {
 // ---- documents ------------------------------------------------------------------------------
 
 // Returns false when fn asked to stop.
+std::vector<std::string_view> cut_at_blank_lines(std::string_view text, size_t min_bytes) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.size();
+    size_t from = start + std::max<size_t>(min_bytes, 2) - 2;
+    if (from < text.size()) {
+      size_t bl = text.find("\n\n", from);
+      if (bl != std::string_view::npos) end = bl + 2;
+    }
+    out.push_back(text.substr(start, end - start));
+    start = end;
+  }
+  return out;
+}
+
 static bool read_text_file(const std::string& path, Compression c,
-                           const std::function<bool(std::string_view)>& fn, CorpusStats& st) {
+                           const std::function<bool(std::string_view)>& fn, CorpusStats& st,
+                           const CorpusOptions& opt) {
   auto src = open_source(path, c, &st.input_bytes);
   std::string doc = read_all(*src);
-  st.documents++;
-  st.bytes += int64_t(doc.size());
-  return fn(doc);
+  if (opt.txt_doc_bytes == 0) {
+    st.documents++;
+    st.bytes += int64_t(doc.size());
+    return fn(doc);
+  }
+  for (std::string_view piece : cut_at_blank_lines(doc, opt.txt_doc_bytes)) {
+    st.documents++;
+    st.bytes += int64_t(piece.size());
+    if (!fn(piece)) return false;
+  }
+  return true;
 }
 
 static bool read_jsonl_file(const std::string& path, Compression c,
@@ -480,6 +505,12 @@ static bool read_jsonl_file(const std::string& path, Compression c,
 
 void for_each_document(const std::vector<std::string>& files,
                        const std::function<bool(std::string_view doc)>& fn, CorpusStats* stats) {
+  for_each_document(files, fn, stats, CorpusOptions{});
+}
+
+void for_each_document(const std::vector<std::string>& files,
+                       const std::function<bool(std::string_view doc)>& fn, CorpusStats* stats,
+                       const CorpusOptions& opt) {
   CorpusStats local;
   CorpusStats& st = stats ? *stats : local;
   for (const std::string& path : files) {
@@ -487,7 +518,7 @@ void for_each_document(const std::vector<std::string>& files,
     if (k.compression == Compression::unsupported)
       fail("input {} has an unsupported extension (supported: {})", path, kSupported);
     st.files++;
-    bool go = k.jsonl ? read_jsonl_file(path, k.compression, fn, st) : read_text_file(path, k.compression, fn, st);
+    bool go = k.jsonl ? read_jsonl_file(path, k.compression, fn, st) : read_text_file(path, k.compression, fn, st, opt);
     if (!go) return;
   }
 }

@@ -17,11 +17,25 @@ struct CorpusStats {
   int64_t input_bytes = 0;  // bytes of the files read so far, as stored (compressed), for progress
 };
 
+// How files become documents beyond the defaults.
+struct CorpusOptions {
+  // > 0: cut .txt files at blank lines into documents of at least this many bytes (the pieces
+  // concatenate back to the file exactly); 0: a .txt file is one document.
+  size_t txt_doc_bytes = 0;
+};
+
 // Expand files/folders/globs into a sorted list of input files; throws Error if one names nothing.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // Call fn(doc) for each document in order; fn returns false to stop early.
 void for_each_document(const std::vector<std::string>& files,
                        const std::function<bool(std::string_view doc)>& fn, CorpusStats* stats = nullptr);
+void for_each_document(const std::vector<std::string>& files,
+                       const std::function<bool(std::string_view doc)>& fn, CorpusStats* stats,
+                       const CorpusOptions& opt);
+
+// Cut text after blank lines ("\n\n") into pieces of at least `min_bytes` (the last may be shorter);
+// the pieces concatenate to `text`.
+std::vector<std::string_view> cut_at_blank_lines(std::string_view text, size_t min_bytes);
 
 
 // What a corpus file holds, judged by its name: JSON lines or one text document, and how it is

@@ -66,9 +66,10 @@ namespace {
 struct DocSource {
   std::vector<std::string> files;
   bool preset = false;
+  CorpusOptions options;
   void read(const std::function<bool(std::string_view)>& fn, CorpusStats* st) const {
     if (preset) for_each_preset_document(files, fn, st);
-    else for_each_document(files, fn, st);
+    else for_each_document(files, fn, st, options);
   }
 };
 
@@ -219,8 +220,10 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   if (preset) {
     train_src = {preset_files(preset->name), true};
   } else {
-    train_src = {expand_inputs(opt.inputs), false};
-    if (separate_val) val_src = {expand_inputs(opt.val_inputs), false};
+    CorpusOptions co;
+    co.txt_doc_bytes = size_t(opt.txt_doc_bytes);
+    train_src = {expand_inputs(opt.inputs), false, co};
+    if (separate_val) val_src = {expand_inputs(opt.val_inputs), false, co};
     for (const auto& f : val_src.files)
       if (std::binary_search(train_src.files.begin(), train_src.files.end(), f))
         fail("prepare: {} is both a training and a validation input", f);
@@ -243,7 +246,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
                         {"val_inputs", content_of(val_files)},
                         {"val_fraction", separate_val ? nlohmann::json(nullptr) : nlohmann::json(val_fraction)},
                         {"tokenizer", tok_recipe},
-                        {"shard_tokens", opt.shard_tokens}};
+                        {"shard_tokens", opt.shard_tokens},
+                        {"txt_doc_bytes", opt.txt_doc_bytes}};
 
   // ---- an existing output folder ------------------------------------------------------------
   fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
@@ -480,7 +484,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
     fail("prepare: the validation split is empty; {}",
          separate_val ? "the --val inputs hold no documents"
                       : fmt::format("none of the {} documents was held out with --val-fraction {} (a .txt file "
-                                    "is one document; use a larger fraction, more documents, or --val FILE)",
+                                    "is one document unless --txt-doc-bytes cuts it; use a larger fraction, more "
+                                    "documents, --txt-doc-bytes N, or --val FILE)",
                                     writers[0].documents, val_fraction));
 
   // ---- manifest -----------------------------------------------------------------------------
@@ -509,6 +514,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
         {"tokenizer", opt.tokenizer},
         {"tokenizer_max_chars", opt.tokenizer_max_chars},
         {"shard_tokens", opt.shard_tokens},
+        {"txt_doc_bytes", opt.txt_doc_bytes},
         {"threads", threads}}},
       {"inputs", {{"train", train_files}, {"val", val_files}}},
       {"tokenizer", tok_info},

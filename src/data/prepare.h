@@ -19,6 +19,7 @@ struct PrepareOptions {
   int64_t tokenizer_max_chars = 1'000'000'000;  // train the tokenizer on at most this much text
   std::string out;
   uint64_t shard_tokens = 100'000'000;  // tokens per shard (a shard never splits a document)
+  uint64_t txt_doc_bytes = 0;           // > 0: cut .txt inputs at blank lines into documents this big
   bool force = false;                   // replace a different preparation in `out`
   std::string preset;                   // build the corpus from a built-in preset instead of inputs
   int threads = 0;                      // 0: default_threads()

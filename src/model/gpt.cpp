@@ -126,6 +126,25 @@ struct GPTImpl {
     bf16_dirty = false;
   }
 
+  // RMSNorm of rows of width d straight into a matmul-input buffer.
+  void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
+    const float* g = goff >= 0 ? P.p + goff : nullptr;
+    if (prec == MatPrec::F32) rmsnorm_fwd(x, g, dst, rstd, N, d, cfg.norm_eps);
+    else rmsnorm_fwd(x, g, reinterpret_cast<bf16*>(dst), rstd, N, d, cfg.norm_eps);
+  }
+  template <typename OutT>
+  void act_fwd(const float* h, OutT* y, int64_t N) {
+    if (cfg.activation == "relu2") relu2_fwd(h, y, N * Hd);
+    else if (cfg.activation == "gelu") gelu_fwd(h, y, N * Hd);
+    else swiglu_fwd(h, y, N, Hd);
+  }
+  template <typename OutT>
+  void act_bwd(const float* h, const float* dy, OutT* dh, int64_t N) {
+    if (cfg.activation == "relu2") relu2_bwd(h, dy, dh, N * Hd);
+    else if (cfg.activation == "gelu") gelu_bwd(h, dy, dh, N * Hd);
+    else swiglu_bwd(h, dy, dh, N, Hd);
+  }
+
   void build();
   void body_fwd(const int32_t* in, int B, int T);
 };
@@ -205,7 +224,7 @@ void GPTImpl::build() {
 
   // ---- activations ----
   const int64_t N = int64_t(max_B) * max_T;
-  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 23) / Vp));
+  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 25) / Vp));  // <= 128 MiB of logits
   int64_t total = 0;
   std::vector<std::pair<float**, int64_t>> plan;
   auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
@@ -290,9 +309,7 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     float* xout = l + 1 < L ? la[l + 1].x : x_final;
     {
       PROF("rmsnorm.attn", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
-      float* dst = prec == MatPrec::F32 ? a.ln1_mm : tmp_d;
-      rmsnorm_fwd(a.x, lo.attn_g >= 0 ? P.p + lo.attn_g : nullptr, dst, a.ln1_rstd, N, d, eps);
-      if (prec == MatPrec::BF16) to_mm(tmp_d, a.ln1_mm, N * d);
+      norm_to_mm(a.x, lo.attn_g, a.ln1_mm, a.ln1_rstd, N);
     }
     {
       PROF("matmul.qkv", "fwd", 2.0 * N * d * qkvw, mmb * (N * d + int64_t(qkvw) * d) + 4.0 * N * qkvw);
@@ -300,17 +317,9 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
-      float* qdst = cfg.qk_norm ? a.qraw : a.q;
-      float* kdst = cfg.qk_norm ? a.kraw : a.k;
-      split_heads(qkv, qkvw, qdst, B, T, H, hd);
-      split_heads(qkv + qw, qkvw, kdst, B, T, Hkv, hd);
-      split_heads(qkv + qw + kvw, qkvw, a.v, B, T, Hkv, hd);
-      if (cfg.qk_norm) {
-        rmsnorm_fwd(a.qraw, lo.qn_g >= 0 ? P.p + lo.qn_g : nullptr, a.q, a.q_rstd, N * H, hd, eps);
-        rmsnorm_fwd(a.kraw, lo.kn_g >= 0 ? P.p + lo.kn_g : nullptr, a.k, a.k_rstd, N * Hkv, hd, eps);
-      }
-      rope_fwd(a.q, N * H, T, hd, cos_t, sin_t);
-      rope_fwd(a.k, N * Hkv, T, hd, cos_t, sin_t);
+      qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, lo.qn_g >= 0 ? P.p + lo.qn_g : nullptr,
+                    lo.kn_g >= 0 ? P.p + lo.kn_g : nullptr, eps, cos_t, sin_t, a.qraw, a.kraw,
+                    a.q_rstd, a.k_rstd, a.q, a.k, a.v);
     }
     {
       PROF("attention", "fwd", 2.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (2 * qw + 2 * kvw));
@@ -318,9 +327,8 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
-      float* dst = prec == MatPrec::F32 ? a.att_mm : tmp_d;
-      merge_heads(a.o, dst, qw, B, T, H, hd);
-      if (prec == MatPrec::BF16) to_mm(tmp_d, a.att_mm, N * qw);
+      if (prec == MatPrec::F32) merge_heads(a.o, a.att_mm, qw, B, T, H, hd);
+      else merge_heads(a.o, reinterpret_cast<bf16*>(a.att_mm), qw, B, T, H, hd);
     }
     {
       PROF("matmul.wo", "fwd", 2.0 * N * qw * d, mmb * (N * qw + int64_t(qw) * d) + 4.0 * N * d);
@@ -332,9 +340,7 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("rmsnorm.mlp", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
-      float* dst = prec == MatPrec::F32 ? a.ln2_mm : tmp_d;
-      rmsnorm_fwd(a.mid, lo.mlp_g >= 0 ? P.p + lo.mlp_g : nullptr, dst, a.ln2_rstd, N, d, eps);
-      if (prec == MatPrec::BF16) to_mm(tmp_d, a.ln2_mm, N * d);
+      norm_to_mm(a.mid, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N);
     }
     {
       PROF("matmul.mlp_in", "fwd", 2.0 * N * d * hw, mmb * (N * d + int64_t(hw) * d) + 4.0 * N * hw);
@@ -342,11 +348,8 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("activation", "fwd", 8.0 * N * Hd, (4.0 * hw + mmb * Hd + 4.0 * Hd) * N);
-      float* dst = prec == MatPrec::F32 ? a.act_mm : tmp_d;
-      if (cfg.activation == "relu2") relu2_fwd(a.h, dst, N * Hd);
-      else if (cfg.activation == "gelu") gelu_fwd(a.h, dst, N * Hd);
-      else swiglu_fwd(a.h, dst, N, Hd);
-      if (prec == MatPrec::BF16) to_mm(tmp_d, a.act_mm, N * Hd);
+      if (prec == MatPrec::F32) act_fwd(a.h, a.act_mm, N);
+      else act_fwd(a.h, reinterpret_cast<bf16*>(a.act_mm), N);
     }
     {
       PROF("matmul.mlp_out", "fwd", 2.0 * N * Hd * d, mmb * (N * Hd + int64_t(Hd) * d) + 4.0 * N * d);
@@ -359,9 +362,7 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
   }
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
-    float* dst = prec == MatPrec::F32 ? lnf_mm : tmp_d;
-    rmsnorm_fwd(x_final, off_fg >= 0 ? P.p + off_fg : nullptr, dst, lnf_rstd, N, d, eps);
-    if (prec == MatPrec::BF16) to_mm(tmp_d, lnf_mm, N * d);
+    norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
   }
 }
 
@@ -510,10 +511,8 @@ void GPT::backward(float loss_scale) {
     }
     {
       PROF("activation", "bwd", 12.0 * N * Hd, (4.0 * hw * 2 + 4.0 * Hd) * N);
-      if (m.cfg.activation == "relu2") relu2_bwd(a.h, m.dtmp, m.dtmp2, N * Hd);
-      else if (m.cfg.activation == "gelu") gelu_bwd(a.h, m.dtmp, m.dtmp2, N * Hd);
-      else swiglu_bwd(a.h, m.dtmp, m.dtmp2, N, Hd);
-      m.to_mm(m.dtmp2, m.dmm, N * hw);
+      if (prec == MatPrec::F32) m.act_bwd(a.h, m.dtmp, m.dmm, N);
+      else m.act_bwd(a.h, m.dtmp, reinterpret_cast<bf16*>(m.dmm), N);
     }
     {
       PROF("matmul.mlp_in.dw", "bwd", 2.0 * N * hw * d, mmb * N * (d + hw) + 8.0 * hw * d);
@@ -545,24 +544,16 @@ void GPT::backward(float loss_scale) {
     }
     {
       PROF("qk_norm.rope", "bwd", 12.0 * N * (qw + kvw), 4.0 * N * (3 * qw + 3 * kvw + qkvw));
-      rope_bwd(m.dq, N * H, T, hd, m.cos_t, m.sin_t);
-      rope_bwd(m.dk, N * Hkv, T, hd, m.cos_t, m.sin_t);
-      const float* dqs = m.dq;
-      const float* dks = m.dk;
-      if (m.cfg.qk_norm) {
-        std::memset(m.dtmp, 0, sizeof(float) * N * qw);
-        std::memset(m.dtmp2, 0, sizeof(float) * N * kvw);
-        rmsnorm_bwd(a.qraw, lo.qn_g >= 0 ? P + lo.qn_g : nullptr, a.q_rstd, m.dq, m.dtmp,
-                    lo.qn_g >= 0 ? G + lo.qn_g : nullptr, N * H, hd);
-        rmsnorm_bwd(a.kraw, lo.kn_g >= 0 ? P + lo.kn_g : nullptr, a.k_rstd, m.dk, m.dtmp2,
-                    lo.kn_g >= 0 ? G + lo.kn_g : nullptr, N * Hkv, hd);
-        dqs = m.dtmp;
-        dks = m.dtmp2;
-      }
-      merge_heads(dqs, m.dqkv, qkvw, B, T, H, hd);
-      merge_heads(dks, m.dqkv + qw, qkvw, B, T, Hkv, hd);
-      merge_heads(m.dv, m.dqkv + qw + kvw, qkvw, B, T, Hkv, hd);
-      m.to_mm(m.dqkv, m.dmm, N * qkvw);
+      const float* qg = lo.qn_g >= 0 ? P + lo.qn_g : nullptr;
+      const float* kg = lo.kn_g >= 0 ? P + lo.kn_g : nullptr;
+      float* dqg = lo.qn_g >= 0 ? G + lo.qn_g : nullptr;
+      float* dkg = lo.kn_g >= 0 ? G + lo.kn_g : nullptr;
+      if (prec == MatPrec::F32)
+        qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, qg, kg, dqg, dkg, B, T,
+                      H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t, m.dmm);
+      else
+        qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, qg, kg, dqg, dkg, B, T,
+                      H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t, reinterpret_cast<bf16*>(m.dmm));
     }
     {
       PROF("matmul.qkv.dw", "bwd", 2.0 * N * qkvw * d, mmb * N * (d + qkvw) + 8.0 * qkvw * d);

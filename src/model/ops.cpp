@@ -14,6 +14,17 @@
 
 namespace clm {
 
+namespace {
+// Store one value into an fp32 or a bf16 (round-to-nearest-even) output; branch-free, so loops that
+// use it vectorise.
+inline void put(float* p, float v) { *p = v; }
+inline void put(bf16* p, float v) {
+  uint32_t u = __builtin_bit_cast(uint32_t, v);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  *p = bf16(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40) : r);
+}
+}  // namespace
+
 // --- embedding ------------------------------------------------------------------------------------
 void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -36,22 +47,35 @@ void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N
 }
 
 // --- RMSNorm ----------------------------------------------------------------------------------------
-void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
-                 float eps) {
+template <typename OutT>
+static void rmsnorm_fwd_t(const float* x, const float* g, OutT* y, float* rstd, int64_t rows,
+                          int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * C;
-    float* yr = y + r * C;
+    OutT* yr = y + r * C;
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
     float s = 1.0f / std::sqrt(ss / float(C) + eps);
     if (rstd) rstd[r] = s;
-    if (g)
-      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * s * g[c];
-    else
-      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * s;
+    if (g) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) put(yr + c, xr[c] * s * g[c]);
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) put(yr + c, xr[c] * s);
+    }
   }
+}
+
+void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
+                 float eps) {
+  rmsnorm_fwd_t(x, g, y, rstd, rows, C, eps);
+}
+void rmsnorm_fwd(const float* x, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C,
+                 float eps) {
+  rmsnorm_fwd_t(x, g, y, rstd, rows, C, eps);
 }
 
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
@@ -166,71 +190,237 @@ void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int
                     sizeof(float) * hd);
 }
 
-// --- activations ----------------------------------------------------------------------------------
-void relu2_fwd(const float* x, float* y, int64_t n) {
+void merge_heads(const float* y, bf16* x, int64_t ld, int B, int T, int nh, int hd) {
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < nh; ++h) {
+        bf16* dst = x + (int64_t(b) * T + t) * ld + h * hd;
+        const float* src = y + ((int64_t(b) * nh + h) * T + t) * hd;
+#pragma omp simd
+        for (int d = 0; d < hd; ++d) put(dst + d, src[d]);
+      }
+}
+
+// --- fused qkv head stage ------------------------------------------------------------------------
+void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                   const float* qg, const float* kg, float eps, const float* cos_t,
+                   const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                   float* q, float* k, float* v) {
+  const int64_t ld = int64_t(H + 2 * Hkv) * hd;
+  const int h2 = hd / 2;
+  const int64_t N = int64_t(B) * T;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float r = x[i] > 0 ? x[i] : 0.0f;
-    y[i] = r * r;
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t b = n / T, t = n % T;
+    const float* row = qkv + n * ld;
+    const float* cs = cos_t + t * h2;
+    const float* sn = sin_t + t * h2;
+    for (int j = 0; j < H + Hkv; ++j) {  // q heads then k heads
+      bool isq = j < H;
+      int h = isq ? j : j - H;
+      int nh = isq ? H : Hkv;
+      int64_t hrow = (b * nh + h) * T + t;  // row index in [B, nh, T]
+      const float* src = row + int64_t(j) * hd;
+      float* dst = (isq ? q : k) + hrow * hd;
+      float s = 1.0f;
+      const float* g = isq ? qg : kg;
+      if (qk_norm) {
+        std::memcpy((isq ? qraw : kraw) + hrow * hd, src, sizeof(float) * hd);
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int d = 0; d < hd; ++d) ss += src[d] * src[d];
+        s = 1.0f / std::sqrt(ss / float(hd) + eps);
+        (isq ? q_rstd : k_rstd)[hrow] = s;
+      }
+      for (int i = 0; i < h2; ++i) {
+        float a = src[i] * s, c = src[i + h2] * s;
+        if (qk_norm && g) {
+          a *= g[i];
+          c *= g[i + h2];
+        }
+        dst[i] = a * cs[i] - c * sn[i];
+        dst[i + h2] = a * sn[i] + c * cs[i];
+      }
+    }
+    for (int h = 0; h < Hkv; ++h)
+      std::memcpy(v + ((b * Hkv + h) * T + t) * hd, row + int64_t(H + Hkv + h) * hd,
+                  sizeof(float) * hd);
   }
 }
 
-void relu2_bwd(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f;
+template <typename OutT>
+void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
+                   const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
+                   const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
+                   bool qk_norm, const float* cos_t, const float* sin_t, OutT* dqkv) {
+  const int64_t ld = int64_t(H + 2 * Hkv) * hd;
+  const int h2 = hd / 2;
+  const int64_t N = int64_t(B) * T;
+  const bool gains = qk_norm && qg && kg && dqg && dkg;
+  const int nthreads = omp_get_max_threads();
+  std::vector<float> partial(gains ? size_t(nthreads) * 2 * hd : 0, 0.0f);
+#pragma omp parallel num_threads(nthreads)
+  {
+    int nt = omp_get_num_threads(), th = omp_get_thread_num();
+    int64_t n0 = N * th / nt, n1 = N * (th + 1) / nt;  // fixed split: deterministic gain sums
+    float* pq = gains ? partial.data() + size_t(th) * 2 * hd : nullptr;
+    float* pk = gains ? pq + hd : nullptr;
+    std::vector<float> gy(hd);
+    for (int64_t n = n0; n < n1; ++n) {
+      int64_t b = n / T, t = n % T;
+      OutT* row = dqkv + n * ld;
+      const float* cs = cos_t + t * h2;
+      const float* sn = sin_t + t * h2;
+      for (int j = 0; j < H + Hkv; ++j) {
+        bool isq = j < H;
+        int h = isq ? j : j - H;
+        int nh = isq ? H : Hkv;
+        int64_t hrow = (b * nh + h) * T + t;
+        const float* gsrc = (isq ? dq : dk) + hrow * hd;
+        // inverse rotation of the gradient
+        for (int i = 0; i < h2; ++i) {
+          float a = gsrc[i], c = gsrc[i + h2];
+          gy[i] = a * cs[i] + c * sn[i];
+          gy[i + h2] = -a * sn[i] + c * cs[i];
+        }
+        OutT* dst = row + int64_t(j) * hd;
+        if (!qk_norm) {
+          for (int d = 0; d < hd; ++d) put(dst + d, gy[d]);
+          continue;
+        }
+        const float* x = (isq ? qraw : kraw) + hrow * hd;
+        const float* g = isq ? qg : kg;
+        float s = (isq ? q_rstd : k_rstd)[hrow];
+        float dot = 0;
+        if (g) {
+#pragma omp simd reduction(+ : dot)
+          for (int d = 0; d < hd; ++d) dot += gy[d] * g[d] * x[d];
+        } else {
+#pragma omp simd reduction(+ : dot)
+          for (int d = 0; d < hd; ++d) dot += gy[d] * x[d];
+        }
+        float kk = dot * s * s * s / float(hd);
+        for (int d = 0; d < hd; ++d) put(dst + d, s * (g ? g[d] : 1.0f) * gy[d] - kk * x[d]);
+        if (gains) {
+          float* pg = isq ? pq : pk;
+          for (int d = 0; d < hd; ++d) pg[d] += gy[d] * x[d] * s;
+        }
+      }
+      for (int h = 0; h < Hkv; ++h) {
+        const float* src = dv + ((b * Hkv + h) * T + t) * hd;
+        OutT* dst = row + int64_t(H + Hkv + h) * hd;
+        for (int d = 0; d < hd; ++d) put(dst + d, src[d]);
+      }
+    }
+  }
+  if (gains)
+    for (int th = 0; th < nthreads; ++th)
+      for (int d = 0; d < hd; ++d) {
+        dqg[d] += partial[size_t(th) * 2 * hd + d];
+        dkg[d] += partial[size_t(th) * 2 * hd + hd + d];
+      }
+}
+
+template void qkv_heads_bwd<float>(const float*, const float*, const float*, const float*,
+                                   const float*, const float*, const float*, const float*,
+                                   const float*, float*, float*, int, int, int, int, int, bool,
+                                   const float*, const float*, float*);
+template void qkv_heads_bwd<bf16>(const float*, const float*, const float*, const float*,
+                                  const float*, const float*, const float*, const float*,
+                                  const float*, float*, float*, int, int, int, int, int, bool,
+                                  const float*, const float*, bf16*);
+
+// --- activations ----------------------------------------------------------------------------------
+template <typename OutT>
+static void relu2_fwd_t(const float* x, OutT* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float r = x[i] > 0 ? x[i] : 0.0f;
+    put(y + i, r * r);
+  }
+}
+
+template <typename OutT>
+static void relu2_bwd_t(const float* x, const float* dy, OutT* dx, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) put(dx + i, x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f);
 }
 
 static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 
-void gelu_fwd(const float* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static)
+template <typename OutT>
+static void gelu_fwd_t(const float* x, OutT* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float u = kGeluC * (v + 0.044715f * v * v * v);
-    y[i] = 0.5f * v * (1.0f + vtanh(u));
+    put(y + i, 0.5f * v * (1.0f + vtanh(u)));
   }
 }
 
-void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for schedule(static)
+template <typename OutT>
+static void gelu_bwd_t(const float* x, const float* dy, OutT* dx, int64_t n) {
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float u = kGeluC * (v + 0.044715f * v * v * v);
     float th = vtanh(u);
     float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+    put(dx + i, dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du));
   }
 }
 
-void swiglu_fwd(const float* hg, float* y, int64_t N, int64_t Hd) {
+template <typename OutT>
+static void swiglu_fwd_t(const float* hg, OutT* y, int64_t N, int64_t Hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* up = hg + n * 2 * Hd;
     const float* gate = up + Hd;
-    float* yr = y + n * Hd;
+    OutT* yr = y + n * Hd;
+#pragma omp simd
     for (int64_t i = 0; i < Hd; ++i) {
       float g = gate[i];
       float sg = 1.0f / (1.0f + vexp(-g));
-      yr[i] = up[i] * g * sg;
+      put(yr + i, up[i] * g * sg);
     }
   }
 }
 
-void swiglu_bwd(const float* hg, const float* dy, float* dhg, int64_t N, int64_t Hd) {
+template <typename OutT>
+static void swiglu_bwd_t(const float* hg, const float* dy, OutT* dhg, int64_t N, int64_t Hd) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* up = hg + n * 2 * Hd;
     const float* gate = up + Hd;
     const float* dyr = dy + n * Hd;
-    float* dup = dhg + n * 2 * Hd;
-    float* dgate = dup + Hd;
+    OutT* dup = dhg + n * 2 * Hd;
+    OutT* dgate = dup + Hd;
+#pragma omp simd
     for (int64_t i = 0; i < Hd; ++i) {
       float g = gate[i];
       float sg = 1.0f / (1.0f + vexp(-g));
-      dup[i] = dyr[i] * g * sg;
-      dgate[i] = dyr[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+      put(dup + i, dyr[i] * g * sg);
+      put(dgate + i, dyr[i] * up[i] * sg * (1.0f + g * (1.0f - sg)));
     }
   }
+}
+
+void relu2_fwd(const float* x, float* y, int64_t n) { relu2_fwd_t(x, y, n); }
+void relu2_fwd(const float* x, bf16* y, int64_t n) { relu2_fwd_t(x, y, n); }
+void relu2_bwd(const float* x, const float* dy, float* dx, int64_t n) { relu2_bwd_t(x, dy, dx, n); }
+void relu2_bwd(const float* x, const float* dy, bf16* dx, int64_t n) { relu2_bwd_t(x, dy, dx, n); }
+void gelu_fwd(const float* x, float* y, int64_t n) { gelu_fwd_t(x, y, n); }
+void gelu_fwd(const float* x, bf16* y, int64_t n) { gelu_fwd_t(x, y, n); }
+void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n) { gelu_bwd_t(x, dy, dx, n); }
+void gelu_bwd(const float* x, const float* dy, bf16* dx, int64_t n) { gelu_bwd_t(x, dy, dx, n); }
+void swiglu_fwd(const float* hg, float* y, int64_t N, int64_t Hd) { swiglu_fwd_t(hg, y, N, Hd); }
+void swiglu_fwd(const float* hg, bf16* y, int64_t N, int64_t Hd) { swiglu_fwd_t(hg, y, N, Hd); }
+void swiglu_bwd(const float* hg, const float* dy, float* dhg, int64_t N, int64_t Hd) {
+  swiglu_bwd_t(hg, dy, dhg, N, Hd);
+}
+void swiglu_bwd(const float* hg, const float* dy, bf16* dhg, int64_t N, int64_t Hd) {
+  swiglu_bwd_t(hg, dy, dhg, N, Hd);
 }
 
 // --- residual -------------------------------------------------------------------------------------

@@ -67,6 +67,28 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
 void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd);
 void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int hd);
 
+// Fused attention input stage, one pass over the qkv matmul output (row stride ld = (H+2Hkv)*hd,
+// columns [q | k | v]): split into heads, optional per-head RMSNorm (qk-norm, gains qg/kg may be
+// null), RoPE at positions 0..T-1. Writes q [B,H,T,hd], k, v [B,Hkv,T,hd]; with qk_norm also the
+// pre-norm heads qraw/kraw and their rstd ([B*H*T], [B*Hkv*T]) for backward.
+// Equivalent to split_heads + rmsnorm_fwd + rope_fwd (tested against them).
+void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                   const float* qg, const float* kg, float eps, const float* cos_t,
+                   const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                   float* q, float* k, float* v);
+// Its backward: from dq, dk, dv (head layouts) to dqkv [N, (H+2Hkv)*hd] (=), written as fp32 or
+// bf16; dqg/dkg += gain gradients (when the gains exist).
+template <typename OutT>
+void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
+                   const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
+                   const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
+                   bool qk_norm, const float* cos_t, const float* sin_t, OutT* dqkv);
+
+// Variants that write their output straight into a bf16 matmul input (saves a pass over memory).
+void rmsnorm_fwd(const float* x, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C,
+                 float eps);
+void merge_heads(const float* y, bf16* x, int64_t ld, int B, int T, int nh, int hd);
+
 // --- MLP activations ----------------------------------------------------------------------------
 void relu2_fwd(const float* x, float* y, int64_t n);                        // y = max(x,0)^2
 void relu2_bwd(const float* x, const float* dy, float* dx, int64_t n);       // dx = (=)
@@ -75,6 +97,15 @@ void gelu_bwd(const float* x, const float* dy, float* dx, int64_t n);
 // hg: [N, 2*Hd] = [up | gate] per row; y[N, Hd] = up * silu(gate). dhg (=) [N, 2*Hd].
 void swiglu_fwd(const float* hg, float* y, int64_t N, int64_t Hd);
 void swiglu_bwd(const float* hg, const float* dy, float* dhg, int64_t N, int64_t Hd);
+
+// bf16-output variants (forward output feeds the next matmul; backward output feeds the dW/dx
+// matmuls of the up projection).
+void relu2_fwd(const float* x, bf16* y, int64_t n);
+void relu2_bwd(const float* x, const float* dy, bf16* dx, int64_t n);
+void gelu_fwd(const float* x, bf16* y, int64_t n);
+void gelu_bwd(const float* x, const float* dy, bf16* dx, int64_t n);
+void swiglu_fwd(const float* hg, bf16* y, int64_t N, int64_t Hd);
+void swiglu_bwd(const float* hg, const float* dy, bf16* dhg, int64_t N, int64_t Hd);
 
 // --- residual add -------------------------------------------------------------------------------
 // out = a + b. Its backward is the identity into both inputs: callers route the gradient (the
