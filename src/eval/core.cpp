@@ -47,7 +47,9 @@ std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
   std::vector<float> loss;
   for (size_t i0 = 0; i0 < refs.size(); i0 += maxB) {
     int B = (int)std::min<size_t>(maxB, refs.size() - i0);
-    int T = refs[i0].len;
+    // Rounded up to a multiple of 32 (within the context): the matmul library builds a kernel per
+    // shape, so a handful of shapes instead of one per distinct row length saves real time.
+    int T = std::min(m.context, (refs[i0].len + 31) / 32 * 32);
     inputs.assign((size_t)B * T, (int32_t)m.bos);  // BOS pads the tail; causal attention ignores it
     targets.assign((size_t)B * T, -1);
     loss.assign((size_t)B * T, 0.0f);

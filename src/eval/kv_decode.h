@@ -1,0 +1,41 @@
+// Inference-only forward of the GPT with a KV cache, built from the engine's ops (model/ops.h) and
+// the math of docs/MODEL.md. Two uses: generation (the prompt is appended once, then one token per
+// step attends to the cached keys/values instead of recomputing the prefix), and cheap scoring (CORE):
+// the LM head is applied only at positions that are scored, not at every position of every row.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "model/config.h"
+
+namespace clm {
+
+struct GPT;
+struct KVDecoderImpl;
+
+struct KVDecoder {
+  // Snapshots the model's weights (in its matmul precision); later weight changes are not seen.
+  // Caches hold max_B rows of max_T positions (max_T <= seq_len is not required, but RoPE tables
+  // and the caches are sized by it).
+  // one_shot: all layers share one K/V buffer (L times less memory); only a single append() per
+  // reset() is then allowed — the scoring use, where rows are processed whole.
+  KVDecoder(GPT& model, int max_B, int max_T, bool one_shot = false);
+  ~KVDecoder();
+  KVDecoder(KVDecoder&&) noexcept;
+
+  void reset();          // forget all cached positions
+  int pos() const;       // positions cached so far (the same for every row)
+  // Appends n tokens to each of B rows (row b's tokens at tokens[b*n .. b*n+n)); B must stay the same
+  // between resets. Keeps the final-norm hidden states of these n positions for the calls below.
+  void append(const int32_t* tokens, int B, int n);
+  // Softcapped logits of the last appended position of each row: out[B * padded_vocab], padding -inf.
+  void last_logits(float* out);
+  // For the last append's positions (B*n, row-major): loss (nats) and argmax where targets >= 0
+  // (0 / -1 elsewhere). The head matmul runs only on those positions.
+  void score(const int32_t* targets, float* loss, int32_t* argmax);
+
+  const ModelConfig& config() const;
+  std::unique_ptr<KVDecoderImpl> impl;
+};
+
+}  // namespace clm

@@ -1,0 +1,78 @@
+// Checkpoint -> GPT for evaluation, plus the dataset/tokenizer the run used (see model_load.h).
+#include "eval/model_load.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/common.h"
+#include "optim/optim.h"
+#include "train/checkpoint.h"
+
+namespace clm {
+
+namespace fs = std::filesystem;
+
+LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T) {
+  LoadedModel m;
+  if (!path_exists(path)) fail("checkpoint {} does not exist", path);
+  m.checkpoint = fs::is_directory(path) ? latest_checkpoint(path) : path;
+  m.meta = read_checkpoint_meta(m.checkpoint);
+  if (!m.meta.contains("config")) fail("checkpoint {} has no config in its metadata", m.checkpoint);
+  m.cfg = run_config_from_json(m.meta["config"]);
+  fs::path rd = fs::path(m.checkpoint).parent_path().parent_path();
+  if (!rd.empty() && fs::exists(rd / "run.json")) {
+    m.run_dir = rd.string();
+    try {
+      m.run = nlohmann::json::parse(read_file((rd / "run.json").string()));
+    } catch (const nlohmann::json::exception&) {
+      m.run = nullptr;  // the run record is optional for evaluation
+    }
+  }
+  int T = max_T > 0 ? max_T : m.cfg.model.seq_len;
+  m.gpt = std::make_unique<GPT>(m.cfg.model, std::max(1, max_B), T);
+  // The checkpoint loader verifies and restores weights and optimizer state together; the
+  // optimizer is built only to receive its state and is dropped right after.
+  {
+    Optimizer opt(m.gpt->params(), m.cfg.optim);
+    load_checkpoint(m.checkpoint, m.cfg, *m.gpt, opt);
+  }
+  m.gpt->weights_changed();
+  m.gpt->set_grad_enabled(false);
+  return m;
+}
+
+static std::string run_dataset_dir(const LoadedModel& m) {
+  if (m.run.is_object() && m.run.contains("dataset") && m.run["dataset"].is_object() &&
+      m.run["dataset"].contains("dir") && m.run["dataset"]["dir"].is_string())
+    return m.run["dataset"]["dir"].get<std::string>();
+  return "";
+}
+
+std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag) {
+  if (!data_flag.empty()) return data_flag;
+  std::string d = run_dataset_dir(m);
+  if (d.empty()) fail("no dataset: pass --data DIR (checkpoint {} is not inside a run folder with run.json)", m.checkpoint);
+  if (!path_exists(d)) fail("the run's dataset {} no longer exists; pass --data DIR", d);
+  return d;
+}
+
+Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag) {
+  std::string src = !tokenizer_flag.empty() ? tokenizer_flag : data_flag;
+  if (src.empty()) {
+    src = run_dataset_dir(m);
+    if (src.empty())
+      fail("no tokenizer: pass --tokenizer PATH or --data DIR (checkpoint {} is not inside a run folder with run.json)",
+           m.checkpoint);
+    if (!path_exists(src)) fail("the run's dataset {} no longer exists; pass --tokenizer PATH or --data DIR", src);
+  }
+  Tokenizer tok = Tokenizer::load(src);
+  if ((int64_t)tok.vocab_size() > (int64_t)m.cfg.model.vocab_size)
+    fail("tokenizer {} has {} ids but the model's vocabulary is {}", src, tok.vocab_size(), m.cfg.model.vocab_size);
+  if (m.run.is_object() && m.run.contains("dataset") && m.run["dataset"].contains("tokenizer_hash") &&
+      m.run["dataset"]["tokenizer_hash"].is_string() && m.run["dataset"]["tokenizer_hash"] != tok.hash())
+    std::fprintf(stderr, "warning: tokenizer %s (hash %s) is not the one the run was trained with (%s)\n", src.c_str(),
+                 tok.hash().c_str(), m.run["dataset"]["tokenizer_hash"].get<std::string>().c_str());
+  return tok;
+}
+
+}  // namespace clm

@@ -1,0 +1,33 @@
+// Opening a trained model for evaluation: a checkpoint file (or a run folder, meaning its latest
+// checkpoint) gives the RunConfig and the weights; the tokenizer and dataset default to the ones the
+// run recorded in RUN/run.json. Used by `eval bpb`, `eval core` and `sample`.
+#pragma once
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/gpt.h"
+#include "tok/tokenizer.h"
+
+namespace clm {
+
+struct LoadedModel {
+  std::string checkpoint;          // the file actually read
+  std::string run_dir;             // RUN (the checkpoint's grandparent folder), "" if not a run layout
+  nlohmann::json meta;             // the checkpoint's metadata (step, tokens, ...)
+  nlohmann::json run;              // RUN/run.json, or null
+  RunConfig cfg;
+  std::unique_ptr<GPT> gpt;        // weights loaded; gradients disabled
+};
+
+// max_B rows per forward; max_T = 0 means the model's seq_len.
+LoadedModel load_model_for_eval(const std::string& checkpoint_or_run, int max_B, int max_T = 0);
+// --data if given, else the dataset the run recorded; throws Error naming what is missing.
+std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag);
+// --tokenizer if given, else the tokenizer of --data, else of the run's dataset. Checks that the
+// tokenizer's ids fit the model's vocabulary and warns when its hash differs from the run's.
+Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag);
+
+}  // namespace clm
