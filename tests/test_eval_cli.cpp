@@ -1,0 +1,85 @@
+// End to end: a tiny prepared dataset and a checkpoint of an untrained model in a run folder, then
+// `clocklm eval bpb`, `clocklm eval core` and `clocklm sample` through the binary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/common.h"
+#include "data/dataset.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/checkpoint.h"
+
+using namespace clm;
+namespace fs = std::filesystem;
+
+namespace {
+
+int run(const std::string& cmd, std::string* out = nullptr) {
+  std::string full = std::string(CLOCKLM_BINARY) + " " + cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  std::string s;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) s.append(buf, n);
+  int rc = pclose(p);
+  if (out) *out = s;
+  return WEXITSTATUS(rc);
+}
+
+}  // namespace
+
+TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
+  std::string shared = CLOCKLM_SHARED_DATA;
+  if (!path_exists(shared + "/tiny/tinyshakespeare.txt")) GTEST_SKIP() << "no shared data";
+  fs::path dir = fs::temp_directory_path() / "clocklm_test_eval_cli";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "run" / "checkpoints");
+  std::string ds = (dir / "ds").string();
+  std::string out;
+  ASSERT_EQ(run("prepare -q -i " + shared + "/tiny/tinyshakespeare.txt --txt-doc-bytes 2000 --vocab-size 300 --val-fraction 0.1 -o " + ds, &out), 0) << out;
+  DatasetInfo info = read_dataset_info(ds);
+
+  RunConfig cfg;
+  cfg.model.n_layer = 1;
+  cfg.model.d_model = 64;
+  cfg.model.n_head = 2;
+  cfg.model.n_kv_head = 2;
+  cfg.model.head_dim = 32;
+  cfg.model.vocab_size = (int)info.vocab_size;
+  cfg.model.seq_len = 64;
+  GPT model(cfg.model, 1, cfg.model.seq_len);
+  model.init_weights(1);  // zero head: every logit equal, so bpb = log2(V) * tokens / bytes
+  Optimizer opt(model.params(), cfg.optim);
+  std::string ckpt = (dir / "run" / "checkpoints" / "step0.ckpt").string();
+  save_checkpoint(ckpt, cfg, model, opt, {{"step", 0}});
+  atomic_write((dir / "run" / "checkpoints" / "latest").string(), "step0.ckpt\n");
+  atomic_write((dir / "run" / "run.json").string(),
+               nlohmann::json({{"dataset", {{"dir", ds}, {"tokenizer_hash", info.tokenizer_hash}}}}).dump());
+
+  std::string js = (dir / "bpb.json").string();
+  ASSERT_EQ(run("eval bpb --checkpoint " + ckpt + " --val-tokens 1000 --batch 4 --json " + js, &out), 0) << out;
+  auto j = nlohmann::json::parse(read_file(js));
+  EXPECT_EQ(j["positions"], 1000);
+  EXPECT_NEAR(j["bpb"].get<double>(), std::log2((double)info.vocab_size) * j["tokens"].get<double>() / j["bytes"].get<double>(), 1e-4);
+  EXPECT_NE(out.find("val bpb"), std::string::npos);
+
+  std::string bundle = shared + "/core";
+  if (path_exists(bundle + "/core.yaml")) {
+    std::string cj = (dir / "core.json").string();
+    ASSERT_EQ(run("eval core --quiet --checkpoint " + (dir / "run").string() + " --bundle " + bundle +
+                      " --max-per-task 6 --tasks copa,lambada_openai,coqa --json " + cj, &out), 0) << out;
+    auto c = nlohmann::json::parse(read_file(cj));
+    EXPECT_EQ(c["tasks_evaluated"], 2);
+    EXPECT_EQ(c["missing"], nlohmann::json::array({"coqa"}));
+    EXPECT_NE(out.find("CORE over 2 of 22 tasks (missing: coqa)"), std::string::npos) << out;
+    EXPECT_NE(out.find("Task                               , Accuracy  , Centered"), std::string::npos) << out;
+  }
+
+  ASSERT_EQ(run("sample --checkpoint " + ckpt + " --prompt 'ROMEO:' --tokens 5 --temperature 0", &out), 0) << out;
+  EXPECT_EQ(out.rfind("ROMEO:", 0), 0u) << out;
+  EXPECT_NE(run("sample --checkpoint " + (dir / "missing.ckpt").string() + " --prompt x", &out), 0);
+  EXPECT_NE(out.find("clocklm: error:"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
