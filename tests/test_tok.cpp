@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_tok_util.h"
+#include "tok/bpe.h"
 #include "tok/tokenizer.h"
 #include "tok/train.h"
 
@@ -95,7 +96,7 @@ TEST(Tok, TrainerVocabAndRanking) {
     EXPECT_EQ(t.token_bytes()[id] == 0, special) << id;
   }
   // The saved merges form a valid ranking: merge r creates id 256 + r from ids that exist before it.
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_rank";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_rank");
   fs::create_directories(dir);
   t.save((dir / "tok.json").string());
   auto j = nlohmann::json::parse(read_file((dir / "tok.json").string()));
@@ -185,7 +186,7 @@ TEST(Tok, TokenBytesSumToDecodedLength) {
 }
 
 TEST(Tok, SaveLoadFileFolderAndGpt2) {
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_save";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_save");
   fs::remove_all(dir);
   fs::create_directories(dir / "folder");
   const Tokenizer& t = trained();
@@ -212,7 +213,7 @@ TEST(Tok, SaveLoadFileFolderAndGpt2) {
 }
 
 TEST(Tok, LoadErrors) {
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_err";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_err");
   fs::remove_all(dir);
   fs::create_directories(dir / "empty");
   EXPECT_THROW(Tokenizer::load((dir / "missing.json").string()), Error);
@@ -263,7 +264,7 @@ TEST(Tok, ParallelAndBatchEqualSerial) {
 
 TEST(Tok, CommandLine) {
   if (!have_gpt2()) GTEST_SKIP() << "no GPT-2 files under " << gpt2_dir();
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_cli";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_cli");
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::string bin = CLOCKLM_BINARY, d = dir.string();
@@ -291,4 +292,29 @@ TEST(Tok, CommandLine) {
   EXPECT_NE(read_file(d + "/err.txt").find("clocklm: error: malformed token id"), std::string::npos);
   EXPECT_NE(std::system((bin + " tokenizer encode --tokenizer " + d + "/nope < /dev/null > /dev/null 2>&1").c_str()), 0);
   fs::remove_all(dir);
+}
+
+// The ASCII fast paths of the pre-split must give exactly PCRE2's chunks. Random short strings from
+// an alphabet of the characters each alternative of the two patterns cares about.
+TEST(Tok, PreSplitFastPathEqualsPcre2) {
+  const std::vector<std::string> alphabet = {
+      "a", "Z", "s", "S", "l", "L", "e", "E", "v", "r", "d", "m", "t", "T", "k", "0", "9", "'", "'", " ",
+      " ", "  ", "\t", "\n", "\r", "\v", "\f", "\x1c", "\x1f", "\x7f", ".", "!", "_", "-", "\"", "é", "ſ",
+      "\u212a", "\u00a0", "\u0085", "\u2028", "\u3000", "٣", "字", "🙂", "\u0301", "\x80", "\xff"};
+  for (const char* pattern : {kGpt4Pattern, kGpt2Pattern}) {
+    PreSplitter fast(pattern), slow(pattern, /*allow_fast_path=*/false);
+    ASSERT_NE(fast.fast, 0);
+    ASSERT_EQ(slow.fast, 0);
+    SplitScratch fs_(fast), ss_(slow);
+    Rng rng(42);
+    for (int trial = 0; trial < 20000; ++trial) {
+      std::string s;
+      size_t len = rng.next() % 24;
+      for (size_t i = 0; i < len; ++i) s += alphabet[rng.next() % alphabet.size()];
+      std::vector<std::string> a, b;
+      pre_split(fs_, s, [&](std::string_view c) { a.emplace_back(c); });
+      pre_split(ss_, s, [&](std::string_view c) { b.emplace_back(c); });
+      ASSERT_EQ(a, b) << "pattern " << pattern << " differs on a string of " << s.size() << " bytes";
+    }
+  }
 }

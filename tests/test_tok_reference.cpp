@@ -138,7 +138,7 @@ TEST(TokReference, TrainedEqualsReference) {
   BpeTrainOptions opt;
   opt.vocab_size = 4096;
   Tokenizer t = train_bpe({std::string_view(text).substr(0, 400000), std::string_view(text).substr(text.size() - 300000)}, opt);
-  auto dir = fs::temp_directory_path() / "clocklm_test_tok_ref";
+  auto dir = tok_test::temp_dir("clocklm_test_tok_ref");
   fs::create_directories(dir);
   t.save((dir / "t.json").string());
   auto j = nlohmann::json::parse(read_file((dir / "t.json").string()));

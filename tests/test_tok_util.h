@@ -2,6 +2,8 @@
 // long runs that exercise the long-chunk merge path), random bytes, and paths to shared data.
 #pragma once
 #include <cstdint>
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -10,6 +12,10 @@
 
 namespace tok_test {
 
+// A per-process scratch folder (tests of several checkouts may run at once on one machine).
+inline std::filesystem::path temp_dir(const std::string& name) {
+  return std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+}
 inline std::string shared(const std::string& rel) { return std::string(CLOCKLM_SHARED_DATA) + "/" + rel; }
 inline bool have_gpt2() {
   return std::filesystem::exists(shared("tokenizers/gpt2/encoder.json")) &&

@@ -2,6 +2,8 @@
 // stdin into space-separated ids on stdout and back, and describe a tokenizer.
 #include <algorithm>
 #include <cctype>
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -41,6 +43,8 @@ static void read_training_text(const std::vector<std::string>& inputs, int64_t m
 
 static std::string read_stdin() {
   std::string s;
+  struct stat st;
+  if (fstat(0, &st) == 0 && S_ISREG(st.st_mode)) s.reserve(size_t(st.st_size));  // a redirected file
   char buf[1 << 16];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) s.append(buf, n);

@@ -54,7 +54,7 @@ inline int utf8_seq_len(const uint8_t* s, size_t n) {
 // The compiled pre-split regex (PCRE2, UTF + UCP, anchored, JIT-compiled). Immutable and shared
 // by all threads; each thread brings its own SplitScratch.
 struct PreSplitter {
-  explicit PreSplitter(const std::string& pattern);
+  explicit PreSplitter(const std::string& pattern, bool allow_fast_path = true);
   ~PreSplitter();
   PreSplitter(const PreSplitter&) = delete;
   PreSplitter& operator=(const PreSplitter&) = delete;
@@ -65,6 +65,8 @@ struct PreSplitter {
   // printable ASCII character, so text may be cut right there and split/encoded piecewise with an
   // identical result (used to parallelise one large document).
   bool newline_cuttable = false;
+  // ASCII fast path: 0 none, 1 GPT-4 pattern, 2 GPT-2 pattern (see fast_gpt4 / fast_gpt2).
+  int fast = 0;
 };
 
 struct SplitScratch {
@@ -78,6 +80,119 @@ struct SplitScratch {
   pcre2_jit_stack* stack = nullptr;
 };
 
+// ASCII fast paths for the two built-in patterns. They return the end of the regex match that
+// starts at s[i] when every byte the match depends on is ASCII (the classes are then unambiguous:
+// letters [A-Za-z], digits [0-9], \s = [\t\n\v\f\r ]), and 0 when a non-ASCII byte is involved,
+// in which case PCRE2 decides. s[0..n) is the whole subject (its end counts as end of subject).
+// Tested against PCRE2 alone on random strings (tests/test_tok.cpp, PreSplitFastPathEqualsPcre2).
+enum : uint8_t { kP = 0, kL = 1, kN = 2, kW = 3 /* \t \v \f space */, kR = 4 /* \r \n */, kU = 5 /* >= 0x80 */, kEnd = 6 };
+struct AsciiClasses {
+  uint8_t c[256];
+  constexpr AsciiClasses() : c() {
+    for (int b = 0; b < 256; ++b) {
+      uint8_t k = kP;
+      if (b >= 0x80) k = kU;
+      else if ((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')) k = kL;
+      else if (b >= '0' && b <= '9') k = kN;
+      else if (b == '\r' || b == '\n') k = kR;
+      else if (b == ' ' || b == '\t' || b == '\v' || b == '\f') k = kW;
+      c[b] = k;
+    }
+  }
+};
+inline constexpr AsciiClasses kAscii{};
+
+// Whitespace run at i (classes kW/kR), then the whitespace alternatives: with `last_newline`
+// (GPT-4's `\s*[\r\n]`) a run holding \r or \n ends after its last one; otherwise `\s+(?!\S)`
+// leaves the run's last character to what follows, unless the run is a single character or ends
+// the subject, and `\s+` takes the rest.
+inline size_t fast_whitespace(const uint8_t* s, size_t n, size_t i, bool last_newline) {
+  size_t k = i, nl = SIZE_MAX;
+  for (; k < n; ++k) {
+    uint8_t c = kAscii.c[s[k]];
+    if (c == kW) continue;
+    if (c == kR) { nl = k; continue; }
+    if (c == kU) return 0;
+    break;
+  }
+  if (last_newline && nl != SIZE_MAX) return nl + 1;
+  if (k == n || k - i == 1) return k;
+  return k - 1;
+}
+
+// Run of class `want` starting at j; 0 if it runs into a non-ASCII byte.
+inline size_t fast_run(const uint8_t* s, size_t n, size_t j, uint8_t want) {
+  for (; j < n; ++j) {
+    uint8_t c = kAscii.c[s[j]];
+    if (c == want) continue;
+    if (c == kU) return 0;
+    break;
+  }
+  return j;
+}
+
+// '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+
+inline size_t fast_gpt4(const uint8_t* s, size_t n, size_t i) {
+  auto C = [&](size_t k) -> uint8_t { return k < n ? kAscii.c[s[k]] : uint8_t(kEnd); };
+  const uint8_t c0 = C(i);
+  if (c0 == kU) return 0;
+  if (s[i] == '\'') {  // contractions, case-insensitive (non-ASCII letters may fold to s/k: ask PCRE2)
+    uint8_t c1 = C(i + 1);
+    if (c1 == kU) return 0;
+    if (c1 == kL) {
+      char a = char(s[i + 1] | 0x20);
+      if (a == 's' || a == 'd' || a == 'm' || a == 't') return i + 2;
+      uint8_t c2 = C(i + 2);
+      if (c2 == kU) return 0;
+      if (c2 == kL) {
+        char b = char(s[i + 2] | 0x20);
+        if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return i + 3;
+      }
+    }
+  }
+  // [^\r\n\p{L}\p{N}]?+\p{L}+ : the optional prefix is possessive.
+  size_t j = (c0 == kP || c0 == kW) ? i + 1 : i;
+  uint8_t cj = C(j);
+  if (cj == kU) return 0;
+  if (cj == kL) return fast_run(s, n, j + 1, kL);
+  // \p{N}{1,2}
+  if (c0 == kN) {
+    uint8_t c1 = C(i + 1);
+    if (c1 == kU) return 0;
+    return c1 == kN ? i + 2 : i + 1;
+  }
+  //  ?[^\s\p{L}\p{N}]++[\r\n]*
+  j = s[i] == ' ' ? i + 1 : i;
+  cj = C(j);
+  if (cj == kU) return 0;
+  if (cj == kP) {
+    size_t k = fast_run(s, n, j + 1, kP);
+    if (!k) return 0;
+    while (k < n && kAscii.c[s[k]] == kR) ++k;
+    return k;
+  }
+  return fast_whitespace(s, n, i, true);  // c0 is kW or kR here
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+inline size_t fast_gpt2(const uint8_t* s, size_t n, size_t i) {
+  const uint8_t c0 = kAscii.c[s[i]];
+  if (c0 == kU) return 0;
+  if (s[i] == '\'' && i + 1 < n) {  // contractions, case-sensitive
+    char a = char(s[i + 1]);
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if (i + 2 < n) {
+      char b = char(s[i + 2]);
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+  }
+  size_t j = s[i] == ' ' ? i + 1 : i;
+  uint8_t cj = j < n ? kAscii.c[s[j]] : uint8_t(kEnd);
+  if (cj == kU) return 0;
+  if (cj == kL || cj == kN || cj == kP) return fast_run(s, n, j + 1, cj);
+  return fast_whitespace(s, n, i, false);  // c0 is kW or kR here
+}
+
 [[noreturn]] void split_error(int rc);
 
 // Match the regex over one piece of valid UTF-8, calling fn(chunk) for consecutive chunks. Where
@@ -88,8 +203,15 @@ void split_valid(SplitScratch& sc, std::string_view text, F&& fn) {
   const PCRE2_SPTR subj = reinterpret_cast<PCRE2_SPTR>(text.data());
   const size_t n = text.size();
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(sc.md);
+  const int fast = sc.ps.fast;
   size_t pos = 0;
   while (pos < n) {
+    size_t f = fast == 1 ? fast_gpt4(subj, n, pos) : fast == 2 ? fast_gpt2(subj, n, pos) : 0;
+    if (f) {
+      fn(text.substr(pos, f - pos));
+      pos = f;
+      continue;
+    }
     int rc = sc.ps.jit ? pcre2_jit_match(sc.ps.code, subj, n, pos, 0, sc.md, sc.mctx)
                        : pcre2_match(sc.ps.code, subj, n, pos, PCRE2_NO_UTF_CHECK, sc.md, sc.mctx);
     size_t end = pos;
@@ -187,10 +309,11 @@ struct TokenizerImpl {
   std::string hash;
   std::string kind = "bpe";              // "bpe" (clocklm-trained) or "gpt2" (loaded from GPT-2 files)
 
-  // Append the BPE ids of one pre-split chunk to out.
-  void encode_chunk(std::string_view chunk, std::vector<uint32_t>& out) const;
+  // Write the BPE ids of one pre-split chunk to out (room for chunk.size() ids); returns the count.
+  size_t encode_chunk(std::string_view chunk, uint32_t* out) const;
   // Encode a whole text with a caller-owned scratch/cache (see tokenizer.cpp).
   struct Worker;
+  // Appends to out (a text of n bytes never has more than n ids).
   void encode_into(Worker& w, std::string_view text, std::vector<uint32_t>& out) const;
   // JSON text of the clocklm format (canonical: the hash is computed over it).
   std::string to_json() const;

@@ -11,7 +11,7 @@ static std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buf);
 }
 
-PreSplitter::PreSplitter(const std::string& pattern) {
+PreSplitter::PreSplitter(const std::string& pattern, bool allow_fast_path) {
   int err = 0;
   PCRE2_SIZE off = 0;
   // UTF: the subject is UTF-8 (we only pass valid runs, see pre_split). UCP: \s, \d, \w and the
@@ -21,6 +21,7 @@ PreSplitter::PreSplitter(const std::string& pattern) {
   if (!code) fail("invalid pre-split pattern at offset {}: {}", off, pcre2_message(err));
   jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   newline_cuttable = pattern == kGpt4Pattern || pattern == kGpt2Pattern;
+  if (allow_fast_path) fast = pattern == kGpt4Pattern ? 1 : pattern == kGpt2Pattern ? 2 : 0;
 }
 
 PreSplitter::~PreSplitter() { pcre2_code_free(code); }

@@ -20,13 +20,23 @@ namespace fs = std::filesystem;
 
 static constexpr size_t kShortChunk = 64;
 
-void TokenizerImpl::encode_chunk(std::string_view chunk, std::vector<uint32_t>& out) const {
+size_t TokenizerImpl::encode_chunk(std::string_view chunk, uint32_t* out) const {
   const uint8_t* s = reinterpret_cast<const uint8_t*>(chunk.data());
   const size_t n = chunk.size();
-  if (n == 0) return;
+  if (n == 0) return 0;
   if (n == 1) {
-    out.push_back(byte_id[s[0]]);
-    return;
+    out[0] = byte_id[s[0]];
+    return 1;
+  }
+  if (n == 2) {
+    const uint64_t* v = ranks.find(PairMap::key(byte_id[s[0]], byte_id[s[1]]));
+    if (v) {
+      out[0] = uint32_t(*v);
+      return 1;
+    }
+    out[0] = byte_id[s[0]];
+    out[1] = byte_id[s[1]];
+    return 2;
   }
   if (n <= kShortChunk) {
     // Short chunk: keep the rank of every adjacent pair and rescan for the minimum. Quadratic in
@@ -67,8 +77,8 @@ void TokenizerImpl::encode_chunk(std::string_view chunk, std::vector<uint32_t>& 
       len = w;
       std::memcpy(pr, npr, sizeof(uint64_t) * (len ? len - 1 : 0));
     }
-    out.insert(out.end(), sym, sym + len);
-    return;
+    std::memcpy(out, sym, len * sizeof(uint32_t));
+    return len;
   }
   // Long chunk: doubly linked list of symbols and a min-heap of (rank, position). Entries of equal
   // rank pop left to right, which reproduces "merge all occurrences left to right" because a merge
@@ -104,7 +114,9 @@ void TokenizerImpl::encode_chunk(std::string_view chunk, std::vector<uint32_t>& 
     push(prev[i]);
     push(i);
   }
-  for (uint32_t i = 0; i != end; i = next[i]) out.push_back(sym[i]);
+  size_t k = 0;
+  for (uint32_t i = 0; i != end; i = next[i]) out[k++] = sym[i];
+  return k;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,30 +200,72 @@ struct ChunkCache {
 };
 
 struct TokenizerImpl::Worker {
+  static constexpr size_t kBuf = size_t(1) << 14;
   explicit Worker(const TokenizerImpl& t) : sc(*t.splitter) {}
   SplitScratch sc;
   ChunkCache cache;
+  std::vector<uint32_t> buf;  // output staging, see encode_into
 };
 
+static inline bool same_bytes(const char* a, const char* b, size_t n) {
+  while (n >= 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a, 8);
+    std::memcpy(&y, b, 8);
+    if (x != y) return false;
+    a += 8;
+    b += 8;
+    n -= 8;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 void TokenizerImpl::encode_into(Worker& w, std::string_view text, std::vector<uint32_t>& out) const {
+  // Ids go through a raw pointer into the worker's buffer, flushed to `out` in blocks: no
+  // per-chunk growth checks and no zero-filling of a worst-case (one id per byte) output.
+  std::vector<uint32_t>& buf = w.buf;
+  if (buf.size() < Worker::kBuf) buf.resize(Worker::kBuf);
+  uint32_t* o = buf.data();
+  uint32_t* lim = buf.data() + buf.size();
+  auto flush = [&] {
+    out.insert(out.end(), buf.data(), o);
+    o = buf.data();
+  };
+  ChunkCache& cache = w.cache;
   pre_split(w.sc, text, [&](std::string_view c) {
+    if (size_t(lim - o) < c.size()) {
+      flush();
+      if (buf.size() < c.size()) {  // a chunk longer than the buffer (megabytes of one letter...)
+        buf.resize(c.size());
+        o = buf.data();
+        lim = buf.data() + buf.size();
+      }
+    }
     if (c.size() <= 2 || c.size() > ChunkCache::kMaxKey) {
-      encode_chunk(c, out);
+      o += encode_chunk(c, o);
       return;
     }
     uint64_t h = hash_bytes(c.data(), c.size());
-    if (!w.cache.slots.empty()) {
-      const ChunkCache::Slot* sl = w.cache.probe(c, h);
-      if (sl->key_len) {
-        const uint32_t* p = w.cache.ids.data() + sl->ids_off;
-        out.insert(out.end(), p, p + sl->ids_len);
-        return;
+    if (!cache.slots.empty()) {
+      const size_t mask = cache.slots.size() - 1;
+      for (size_t i = size_t(h) & mask;; i = (i + 1) & mask) {
+        const ChunkCache::Slot& sl = cache.slots[i];
+        if (sl.key_len == 0) break;
+        if (sl.h == h && sl.key_len == c.size() && same_bytes(cache.keys.data() + sl.key_off, c.data(), c.size())) {
+          const uint32_t* p = cache.ids.data() + sl.ids_off;
+          for (size_t k = 0; k < sl.ids_len; ++k) o[k] = p[k];
+          o += sl.ids_len;
+          return;
+        }
       }
     }
-    size_t before = out.size();
-    encode_chunk(c, out);
-    w.cache.insert(c, h, out.data() + before, out.size() - before);
+    size_t k = encode_chunk(c, o);
+    cache.insert(c, h, o, k);
+    o += k;
   });
+  flush();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,7 +294,7 @@ std::vector<uint32_t> Tokenizer::encode(std::string_view text) const {
     return out;
   }
   TokenizerImpl::Worker w(t);
-  out.reserve(text.size() / 3 + 16);
+  out.reserve(text.size() / 4 + 16);
   t.encode_into(w, text, out);
   return out;
 }
@@ -253,7 +307,7 @@ std::vector<std::vector<uint32_t>> Tokenizer::encode_batch(const std::vector<std
   parallel_for(docs.size(), threads, [&](size_t i, int tid) {
     auto& w = workers[size_t(tid)];
     if (!w) w = std::make_unique<TokenizerImpl::Worker>(t);
-    out[i].reserve(docs[i].size() / 3 + 16);
+    out[i].reserve(docs[i].size() / 4 + 16);
     t.encode_into(*w, docs[i], out[i]);
   });
   return out;
