@@ -258,8 +258,9 @@ CoreModel star_model(int context = 4096, int rows = 3) {
   return m;
 }
 
-std::string make_bundle(bool with_missing) {
-  std::string dir = tmpdir(with_missing ? "bundle_missing" : "bundle");
+// Each test uses its own folder: ctest runs tests as parallel processes.
+std::string make_bundle(bool with_missing, const std::string& name) {
+  std::string dir = tmpdir(name);
   make_dirs(dir + "/eval_data/x");
   std::string yaml = "icl_tasks:\n-\n  label: mc\n  dataset_uri: x/mc.jsonl\n  num_fewshot: [2]\n  icl_task_type: multiple_choice\n"
                      "-\n  label: sc\n  dataset_uri: x/sc.jsonl\n  num_fewshot: [0]\n  icl_task_type: schema\n"
@@ -288,7 +289,7 @@ std::string make_bundle(bool with_missing) {
 }  // namespace
 
 TEST(CoreScore, StubThatKnowsTheAnswersScoresOne) {
-  std::string dir = make_bundle(false);
+  std::string dir = make_bundle(false, "bundle_stub");
   CoreOptions opt;
   opt.bundle = dir;
   opt.progress = false;
@@ -327,7 +328,7 @@ TEST(CoreScore, StubThatKnowsTheAnswersScoresOne) {
 }
 
 TEST(CoreScore, MissingFileIsReportedNotFatal) {
-  std::string dir = make_bundle(true);
+  std::string dir = make_bundle(true, "bundle_missing");
   CoreOptions opt;
   opt.bundle = dir;
   opt.progress = false;
@@ -344,7 +345,7 @@ TEST(CoreScore, MissingFileIsReportedNotFatal) {
 }
 
 TEST(CoreBundle, MalformedInputIsAClearError) {
-  std::string dir = make_bundle(false);
+  std::string dir = make_bundle(false, "bundle_malformed");
   atomic_write(dir + "/eval_data/x/sc.jsonl", "{\"context_options\": [\"a\"], \n");
   CoreOptions opt;
   opt.bundle = dir;

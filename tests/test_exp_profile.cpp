@@ -1,6 +1,7 @@
 // Tests for the profiler's analysis: FLOP/byte formulas against hand counts, self time of nested
 // scopes, the gap row, roofline classification, and the Chrome trace format (issue 5).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -107,7 +108,7 @@ TEST(ExpProfile, AnalysisSelfTimeGapAndBounds) {
 
 TEST(ExpProfile, ChromeTraceIsValid) {
   Profiler p = synthetic();
-  auto dir = std::filesystem::temp_directory_path() / "clocklm_test_exp_profile";
+  auto dir = std::filesystem::temp_directory_path() / ("clocklm_test_exp_profile_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   Roofline r = test_roof();
   write_profile(p, dir.string(), 0, 1, &r);

@@ -2,6 +2,7 @@
 // tests/data/runs (issue 5): numbers read right, plots exist and are non-empty, bad input is a
 // clear error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -21,7 +22,7 @@ static const std::string kSamples = std::string(CLOCKLM_SOURCE_DIR) + "/tests/da
 
 // A scratch copy of the sample runs (reports write into the run folder).
 static std::string scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_" + name);
+  fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   fs::copy(kSamples, d, fs::copy_options::recursive);
@@ -62,7 +63,7 @@ TEST(ExpRuns, ReadsTheSampleRuns) {
 }
 
 TEST(ExpRuns, MalformedOrMissingMetricsAreClearErrors) {
-  fs::path d = fs::temp_directory_path() / "clocklm_test_exp_bad";
+  fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_bad_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d / "empty");
   EXPECT_NE(error_of([&] { load_run((d / "nope").string()); }).find("does not exist"), std::string::npos);

@@ -3,6 +3,7 @@
 // every run executed, failures reported, finished runs skipped on re-run, comparison and
 // leaderboard written (issue 5).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -102,7 +103,7 @@ echo "ran" >> "$out/../calls.txt"
 )";
 
 TEST(ExpSweep, RunsEveryVariantThenComparesAndRanks) {
-  fs::path d = fs::temp_directory_path() / "clocklm_test_exp_sweep";
+  fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_sweep_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   std::string fake = (d / "fake-train.sh").string();
@@ -151,7 +152,7 @@ static int run_cli(const std::string& args, std::string* out) {
 }
 
 TEST(ExpSweep, CliDryRunAndSpecErrors) {
-  fs::path d = fs::temp_directory_path() / "clocklm_test_exp_sweep_cli";
+  fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_sweepcli_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   atomic_write((d / "lr.json").string(), R"({
