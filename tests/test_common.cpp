@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 #include "core/common.h"
 
@@ -19,7 +22,7 @@ TEST(Common, ParseDuration) {
 }
 
 TEST(Common, AtomicWriteRoundTrip) {
-  auto dir = std::filesystem::temp_directory_path() / "clocklm_test_common";
+  auto dir = std::filesystem::temp_directory_path() / ("clocklm_test_common_" + std::to_string(::getpid()));
   make_dirs(dir.string());
   auto p = (dir / "f.txt").string();
   atomic_write(p, "hello");

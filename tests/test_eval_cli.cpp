@@ -5,6 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+
+#include <unistd.h>
 
 #include "core/common.h"
 #include "data/dataset.h"
@@ -33,7 +36,7 @@ int run(const std::string& cmd, std::string* out = nullptr) {
 TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   std::string shared = CLOCKLM_SHARED_DATA;
   if (!path_exists(shared + "/tiny/tinyshakespeare.txt")) GTEST_SKIP() << "no shared data";
-  fs::path dir = fs::temp_directory_path() / "clocklm_test_eval_cli";
+  fs::path dir = fs::temp_directory_path() / ("clocklm_test_eval_cli_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "run" / "checkpoints");
   std::string ds = (dir / "ds").string();

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <queue>
 
+#include <unistd.h>
+
 #include "core/common.h"
 #include "tok/bpe.h"
 
@@ -109,6 +111,7 @@ struct HeapEntry {
 
 Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOptions& opt) {
   const double t0 = now_seconds();
+  const bool stderr_tty = isatty(STDERR_FILENO);
   const int threads = opt.threads > 0 ? opt.threads : default_threads();
 
   // Special tokens: the caller's, then reserved ones up to 8 in all.
@@ -329,13 +332,14 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
         st.pushed = st.count;
       }
     }
-    if (opt.verbose && merges.size() % 2000 == 0)
-      fmt::print(stderr, "\rtokenizer: {} / {} merges ({:.1f}s)", merges.size(), target_merges, now_seconds() - t0);
+    if (opt.verbose && merges.size() % 2000 == 0)  // redraw on a terminal, one line each in a log
+      fmt::print(stderr, "{}tokenizer: {} / {} merges ({:.1f}s){}", stderr_tty ? "\r" : "", merges.size(),
+                 target_merges, now_seconds() - t0, stderr_tty ? "" : "\n");
   }
   const double t_merge = now_seconds();
   if (opt.verbose) {
-    fmt::print(stderr, "\rtokenizer: {} bytes of text, {} unique chunks; counting {:.2f}s, {} merges {:.2f}s\n",
-               total, W, t_count - t0, merges.size(), t_merge - t_count);
+    fmt::print(stderr, "{}tokenizer: {} bytes of text, {} unique chunks; counting {:.2f}s, {} merges {:.2f}s\n",
+               stderr_tty ? "\r" : "", total, W, t_count - t0, merges.size(), t_merge - t_count);
     if (merges.size() < target_merges)
       fmt::print(stderr, "tokenizer: the text ran out of pairs after {} merges; vocab size is {} instead of {}\n",
                  merges.size(), 256 + merges.size() + n_special, opt.vocab_size);
