@@ -11,6 +11,7 @@
 namespace clm {
 
 struct GPT;
+struct Dataset;
 
 // The definition, recorded next to every bpb number (summary.json, eval --json).
 extern const char* const kBpbDefinition;
@@ -30,6 +31,8 @@ struct BpbResult {
 // Evaluate on the first `val_tokens` target positions of the dataset's val split, rows built
 // exactly as the training loader builds them (no shuffle), B rows of T per forward.
 BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T);
+// The same on an already opened dataset (the training loop keeps one open).
+BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T);
 
 // ---- the model-independent parts (tested with stubs) ----------------------------------------
 // Adds n target positions: targets < 0 are skipped (not positions), special tokens (byte length 0,

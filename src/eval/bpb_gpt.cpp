@@ -10,13 +10,16 @@
 namespace clm {
 
 BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T) {
-  Dataset ds = Dataset::open(data_dir);
-  if (ds.val_shards.empty()) fail("bpb: dataset {} has no val shards", data_dir);
+  return eval_bpb(model, Dataset::open(data_dir), val_tokens, B, T);
+}
+
+BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T) {
+  if (ds.val_shards.empty()) fail("bpb: dataset {} has no val shards", ds.dir);
   if ((int64_t)ds.tokenizer.vocab_size() > (int64_t)model.config().vocab_size)
     fail("bpb: the dataset's tokenizer has {} ids but the model's vocabulary is only {}", ds.tokenizer.vocab_size(),
          model.config().vocab_size);
   LoaderOptions lo;
-  lo.dir = data_dir;
+  lo.dir = ds.dir;
   lo.split = "val";
   lo.B = B;
   lo.T = T;

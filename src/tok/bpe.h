@@ -355,4 +355,21 @@ void parallel_for(size_t n, int threads, F&& fn) {
   if (err) std::rethrow_exception(err);
 }
 
+// Fast hash of a pre-split chunk, for the encoder cache and the trainer's chunk table.
+inline uint64_t hash_bytes(const char* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xff51afd7ed558ccdULL);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  h = (h ^ v) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 32);
+}
+
 }  // namespace clm

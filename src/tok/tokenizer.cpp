@@ -123,21 +123,6 @@ size_t TokenizerImpl::encode_chunk(std::string_view chunk, uint32_t* out) const 
 // Per-thread worker: regex scratch plus a bounded cache of chunk -> ids (open addressing; it grows
 // from 1K to 256K slots and is emptied when full, so memory stays bounded on any input).
 
-static inline uint64_t hash_bytes(const char* p, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xff51afd7ed558ccdULL);
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 29;
-    p += 8;
-    n -= 8;
-  }
-  uint64_t v = 0;
-  std::memcpy(&v, p, n);
-  h = (h ^ v) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 32);
-}
 
 struct ChunkCache {
   static constexpr size_t kMaxSlots = size_t(1) << 18;

@@ -17,21 +17,6 @@ namespace clm {
 
 namespace {
 
-uint64_t hash_chunk(const char* p, size_t n) {
-  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xff51afd7ed558ccdULL);
-  while (n >= 8) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 29;
-    p += 8;
-    n -= 8;
-  }
-  uint64_t v = 0;
-  std::memcpy(&v, p, n);
-  h = (h ^ v) * 0x94d049bb133111ebULL;
-  return h ^ (h >> 32);
-}
 
 bool same_bytes(const char* a, const char* b, size_t n) {
   while (n >= 8) {
@@ -161,7 +146,7 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
     auto& mine = local[size_t(tid)];
     pre_split(*sc, pieces[i], [&](std::string_view c) {
       if (c.size() < 2) return;
-      uint64_t h = hash_chunk(c.data(), c.size());
+      uint64_t h = hash_bytes(c.data(), c.size());
       mine[(h >> 40) % T].add(c.data(), c.size(), h, 1);
     });
   });

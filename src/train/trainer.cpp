@@ -97,25 +97,6 @@ double cached_peak_flops(int threads) {
   }
 }
 
-// Validation bits per byte with the eval area's loop (eval/bpb.h, definition in docs/EVAL.md): the
-// val split read by the training loader in file order (no shuffle, no looping), B rows of T per
-// forward, byte lengths from the dataset's tokenizer -- what `clocklm eval bpb` computes.
-BpbResult validation_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T) {
-  LoaderOptions lo;
-  lo.dir = ds.dir;
-  lo.split = "val";
-  lo.B = B;
-  lo.T = T;
-  lo.shuffle = false;
-  lo.loop = false;
-  DataLoader loader(lo);
-  return eval_bpb([&](int32_t* in, int32_t* tg) { return loader.next(in, tg); },
-                  [&](const int32_t* in, const int32_t* tg, int b, int t, float* loss) {
-                    model.forward(in, tg, b, t, loss, nullptr);
-                  },
-                  ds.tokenizer.token_bytes(), val_tokens, B, T);
-}
-
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -247,7 +228,7 @@ TrainResult train(const TrainOptions& o) {
   auto evaluate = [&](int64_t n_tokens) {
     model.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
     try {
-      return validation_bpb(model, dataset, n_tokens, eval_B, T);
+      return eval_bpb(model, dataset, n_tokens, eval_B, T);  // gradients off while it runs
     } catch (const Error& e) {
       if (std::string(e.what()).find("finite") == std::string::npos) throw;
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
