@@ -61,7 +61,7 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
   while (visited < val_tokens) {
     if (!next(inputs.data(), targets.data())) {
       std::fprintf(stderr, "bpb: warning: the val split ended after %lld of %lld target positions\n",
-                   (long long)visited, (long long)val_tokens);
+                   (long long)r.positions, (long long)val_tokens);
       break;
     }
     int64_t want = std::min<int64_t>((int64_t)B * T, val_tokens - visited);
@@ -71,7 +71,7 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
     bpb_accumulate(r, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
     visited += want;
   }
-  // positions counts non-negative targets; the loader never emits negative ones, so it equals visited.
+  // positions counts non-negative targets: it equals visited unless a source padded its last batch.
   bpb_finalize(r);
   r.seconds = now_seconds() - t0;
   return r;

@@ -1,6 +1,8 @@
 // eval_bpb for a GPT and a prepared dataset folder: the val split read by the training loader in
 // file order (LoaderOptions{split="val", shuffle=false, loop=false}), byte lengths from the dataset's
 // tokenizer. Used by periodic/final validation in training and by `clocklm eval bpb`.
+#include <algorithm>
+
 #include "core/common.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -21,7 +23,7 @@ BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int
   LoaderOptions lo;
   lo.dir = ds.dir;
   lo.split = "val";
-  lo.B = B;
+  lo.B = 1;  // row by row, so a split that ends mid-batch is still scored in full (below)
   lo.T = T;
   lo.shuffle = false;
   lo.loop = false;
@@ -33,7 +35,23 @@ BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int
     ~GradOff() { m.set_grad_enabled(true); }
   } guard{model};
   model.set_grad_enabled(false);
-  return eval_bpb([&](int32_t* in, int32_t* tg) { return loader.next(in, tg); },
+  // Batches of B rows; when the split ends inside a batch, the missing rows get ignored targets
+  // (-1), so the counted text is the same whatever B the caller (trainer or `eval bpb`) uses.
+  bool ended = false;
+  auto next_batch = [&](int32_t* in, int32_t* tg) {
+    if (ended) return false;
+    for (int r = 0; r < B; r++) {
+      if (!loader.next(in + (size_t)r * T, tg + (size_t)r * T)) {
+        if (r == 0) return false;
+        std::fill(in + (size_t)r * T, in + (size_t)B * T, 0);
+        std::fill(tg + (size_t)r * T, tg + (size_t)B * T, -1);
+        ended = true;
+        break;
+      }
+    }
+    return true;
+  };
+  return eval_bpb(next_batch,
                   [&](const int32_t* in, const int32_t* tg, int b, int t, float* loss) {
                     model.forward(in, tg, b, t, loss, nullptr);
                   },
