@@ -372,4 +372,20 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
   return h ^ (h >> 32);
 }
 
+// Byte equality of two chunks of length n (the cache and chunk-table key check).
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+  while (n >= 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a, 8);
+    std::memcpy(&y, b, 8);
+    if (x != y) return false;
+    a += 8;
+    b += 8;
+    n -= 8;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 }  // namespace clm

@@ -192,21 +192,6 @@ struct TokenizerImpl::Worker {
   std::vector<uint32_t> buf;  // output staging, see encode_into
 };
 
-static inline bool same_bytes(const char* a, const char* b, size_t n) {
-  while (n >= 8) {
-    uint64_t x, y;
-    std::memcpy(&x, a, 8);
-    std::memcpy(&y, b, 8);
-    if (x != y) return false;
-    a += 8;
-    b += 8;
-    n -= 8;
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 void TokenizerImpl::encode_into(Worker& w, std::string_view text, std::vector<uint32_t>& out) const {
   // Ids go through a raw pointer into the worker's buffer, flushed to `out` in blocks: no
   // per-chunk growth checks and no zero-filling of a worst-case (one id per byte) output.

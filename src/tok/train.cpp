@@ -17,22 +17,6 @@ namespace clm {
 
 namespace {
 
-
-bool same_bytes(const char* a, const char* b, size_t n) {
-  while (n >= 8) {
-    uint64_t x, y;
-    std::memcpy(&x, a, 8);
-    std::memcpy(&y, b, 8);
-    if (x != y) return false;
-    a += 8;
-    b += 8;
-    n -= 8;
-  }
-  for (size_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 // Open-addressing counter of chunks (views into the training text, which outlives it).
 struct ChunkCounter {
   struct E {
