@@ -11,22 +11,15 @@
 #include "core/common.h"
 #include "data/corpus.h"
 
+#include "test_data_util.h"
+
 using namespace clm;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / fmt::format("clocklm_{}_{}", name, getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write_raw(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
+using data_test::temp_dir;
+using data_test::write_raw;
 void write_zst(const fs::path& p, const std::string& s) {
   std::string out(ZSTD_compressBound(s.size()), '\0');
   size_t n = ZSTD_compress(out.data(), out.size(), s.data(), s.size(), 3);

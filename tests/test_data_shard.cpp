@@ -10,20 +10,14 @@
 #include "core/common.h"
 #include "data/dataset.h"
 
+#include "test_data_util.h"
+
 using namespace clm;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / fmt::format("clocklm_{}_{}", name, getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-void write_raw(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
+using data_test::temp_dir;
+using data_test::write_raw;
 void expect_refused(const fs::path& p, const std::string& what) {
   try {
     Shard::open(p.string());

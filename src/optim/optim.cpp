@@ -59,6 +59,20 @@ struct OptimizerImpl {
   int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
   NewtonSchulz ns;
   Profiler* prof = nullptr;
+
+  // Points each state's moments into `storage` (m, then v for AdamW), in state order. Called after
+  // storage is (re)allocated: at construction and when load() swaps in a freshly read buffer.
+  void bind_storage() {
+    float* cur = storage.data();
+    for (OptState& st : states) {
+      st.m = cur;
+      cur += st.n;
+      if (!st.muon) {
+        st.v = cur;
+        cur += st.n;
+      }
+    }
+  }
 };
 
 Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(std::make_unique<OptimizerImpl>()) {
@@ -94,15 +108,7 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(
     s.states.push_back(st);
   }
   s.storage.assign(size_t(total), 0.0f);
-  float* cur = s.storage.data();
-  for (OptState& st : s.states) {
-    st.m = cur;
-    cur += st.n;
-    if (!st.muon) {
-      st.v = cur;
-      cur += st.n;
-    }
-  }
+  s.bind_storage();
   s.scratch_u.resize(size_t(max_muon));
   s.scratch_o.resize(size_t(max_muon));
 }
@@ -252,16 +258,7 @@ void Optimizer::load(std::istream& in) {
     if (!st.muon) read(storage.data() + (st.v - s.storage.data()), sizeof(float) * n, name.c_str());
   }
   s.storage.swap(storage);
-  // Pointers into storage are offsets: the swapped vector keeps the same layout but a new buffer.
-  float* cur = s.storage.data();
-  for (OptState& st : s.states) {
-    st.m = cur;
-    cur += st.n;
-    if (!st.muon) {
-      st.v = cur;
-      cur += st.n;
-    }
-  }
+  s.bind_storage();  // same layout, new buffer
   std::memcpy(s.t, t, sizeof(t));
 }
 
