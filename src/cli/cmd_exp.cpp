@@ -87,6 +87,15 @@ static void print_notes(const ReportFiles& f) {
   for (const auto& n : f.notes) std::fprintf(stderr, "clocklm: note: %s\n", n.c_str());
 }
 
+// The runs under `dir` (unreadable ones are reported and skipped); an error if there are none.
+static std::vector<RunData> load_runs_or_fail(const std::string& dir) {
+  std::vector<std::string> errors;
+  auto runs = load_runs(dir, &errors);
+  for (auto& e : errors) std::fprintf(stderr, "clocklm: warning: skipped %s\n", e.c_str());
+  if (runs.empty()) fail("no training runs (folders with summary.json or metrics.jsonl) under {}", dir);
+  return runs;
+}
+
 static void register_runs(CLI::App& app) {
   auto* cmd = app.add_subcommand("runs", "List the training runs under a folder with their key numbers");
   struct Opts {
@@ -97,10 +106,7 @@ static void register_runs(CLI::App& app) {
   cmd->add_option("dir", o->dir, "Folder holding run directories (searched 3 levels deep)");
   cmd->add_flag("--json", o->json, "Print one JSON object per run instead of a table");
   cmd->callback([o] {
-    std::vector<std::string> errors;
-    auto runs = load_runs(o->dir, &errors);
-    for (auto& e : errors) std::fprintf(stderr, "clocklm: warning: skipped %s\n", e.c_str());
-    if (runs.empty()) fail("no training runs (folders with summary.json or metrics.jsonl) under {}", o->dir);
+    auto runs = load_runs_or_fail(o->dir);
     if (o->json) {
       for (auto& r : runs) {
         nlohmann::json j = {{"run", r.dir}, {"config", r.config_name()}, {"finished", r.finished()}};
@@ -163,10 +169,7 @@ static void register_leaderboard(CLI::App& app) {
   cmd->add_option("--md", o->md, "Also write the leaderboard as markdown to this file");
   cmd->add_flag("--json", o->json, "Print the ranking as a JSON array");
   cmd->callback([o] {
-    std::vector<std::string> errors;
-    auto runs = load_runs(o->dir, &errors);
-    for (auto& e : errors) std::fprintf(stderr, "clocklm: warning: skipped %s\n", e.c_str());
-    if (runs.empty()) fail("no training runs (folders with summary.json or metrics.jsonl) under {}", o->dir);
+    auto runs = load_runs_or_fail(o->dir);
     if (o->json) {
       nlohmann::json arr = nlohmann::json::array();
       int rank = 0;
