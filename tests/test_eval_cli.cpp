@@ -84,5 +84,18 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   EXPECT_EQ(out.rfind("ROMEO:", 0), 0u) << out;
   EXPECT_NE(run("sample --checkpoint " + (dir / "missing.ckpt").string() + " --prompt x", &out), 0);
   EXPECT_NE(out.find("clocklm: error:"), std::string::npos) << out;
+  // Damaged checkpoints are refused by every eval command with a one-line error.
+  std::string blob = read_file(ckpt), bad = (dir / "bad.ckpt").string();
+  std::string flipped = blob;
+  flipped[flipped.size() / 2] ^= 0x10;
+  for (const auto& [content, want] : std::vector<std::pair<std::string, std::string>>{
+           {flipped, "checksum mismatch"}, {blob.substr(0, blob.size() - 9), "truncated"}, {"xx", "truncated"}}) {
+    atomic_write(bad, content);
+    for (const std::string& cmd : {"eval bpb --data " + ds + " --checkpoint " + bad, "sample --prompt x --checkpoint " + bad}) {
+      EXPECT_NE(run(cmd, &out), 0) << cmd;
+      EXPECT_NE(out.find("clocklm: error: checkpoint " + bad), std::string::npos) << cmd << "\n" << out;
+      EXPECT_NE(out.find(want), std::string::npos) << cmd << "\n" << out;
+    }
+  }
   fs::remove_all(dir);
 }

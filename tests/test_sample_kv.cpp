@@ -119,3 +119,76 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   for (int i = 0; i < c.vocab_size; i++) EXPECT_NEAR(z1[i], z2[i], 1e-4);
   EXPECT_TRUE(std::isinf(z2[c.vocab_size]) && z2[c.vocab_size] < 0);
 }
+
+// Rows that share a prefix, scored as groups (prefix once, branches attending to it), give what
+// each whole row gets from append() + score(): several groups packed into one call, branches of
+// different lengths, a group without a prefix, GQA, qk-norm and both matmul precisions.
+TEST(SampleKV, GroupScoringEqualsWholeRows) {
+  for (MatPrec prec : {MatPrec::F32, MatPrec::BF16}) {
+    ModelConfig c = tiny_config("swiglu", true);
+    c.qk_norm = true;
+    GPT model(c, 1, c.seq_len);
+    model.init_weights(21);
+    model.set_matmul_precision(prec);
+    model.set_grad_enabled(false);
+    struct G { int prefix; std::vector<int> branches; };
+    std::vector<G> spec = {{20, {3, 7, 1, 5}}, {0, {9}}, {33, {2, 2}}, {5, {40}}};
+    std::vector<PrefixGroup> groups;
+    std::vector<int32_t> packed, targets;
+    std::vector<std::vector<int32_t>> rows;  // the whole rows, for the reference
+    std::vector<std::vector<size_t>> where;  // packed index of each row position
+    int seed = 1;
+    for (const G& g : spec) {
+      std::vector<int32_t> prefix;
+      for (int i = 0; i < g.prefix; i++) prefix.push_back((seed++ * 29 + 7) % c.vocab_size);
+      groups.push_back({g.prefix, g.branches});
+      size_t p0 = packed.size();
+      packed.insert(packed.end(), prefix.begin(), prefix.end());
+      targets.insert(targets.end(), prefix.size(), -1);
+      for (int n : g.branches) {
+        std::vector<int32_t> row = prefix;
+        std::vector<size_t> idx;
+        for (int i = 0; i < g.prefix; i++) idx.push_back(p0 + i);
+        for (int i = 0; i < n; i++) {
+          row.push_back((seed++ * 53 + 3) % c.vocab_size);
+          idx.push_back(packed.size());
+          packed.push_back(row.back());
+          targets.push_back((seed * 17 + i) % c.vocab_size);  // every branch position scored
+        }
+        rows.push_back(row);
+        where.push_back(idx);
+      }
+    }
+    KVDecoder dec(model, 1, c.seq_len, /*one_shot=*/true);
+    std::vector<float> loss(packed.size());
+    std::vector<int32_t> am(packed.size());
+    dec.score_groups(packed.data(), groups, targets.data(), loss.data(), am.data());
+    int checked = 0;
+    for (size_t r = 0; r < rows.size(); r++) {
+      const int n = (int)rows[r].size();
+      std::vector<int32_t> tg(n);
+      for (int i = 0; i < n; i++) tg[i] = targets[where[r][i]];
+      std::vector<float> l(n);
+      std::vector<int32_t> a(n);
+      dec.reset();
+      dec.append(rows[r].data(), 1, n);
+      dec.score(tg.data(), l.data(), a.data());
+      for (int i = 0; i < n; i++) {
+        size_t k = where[r][i];
+        if (tg[i] < 0) {
+          EXPECT_EQ(am[k], -1);
+          continue;
+        }
+        EXPECT_NEAR(loss[k], l[i], 2e-4 * std::max(1.0f, std::fabs(l[i]))) << "row " << r << " pos " << i;
+        EXPECT_EQ(am[k], a[i]) << "row " << r << " pos " << i;
+        checked++;
+      }
+    }
+    EXPECT_EQ(checked, 3 + 7 + 1 + 5 + 9 + 2 + 2 + 40);
+    // Too long for the context, or an empty branch: refused.
+    std::vector<PrefixGroup> bad = {{40, {9}}};
+    EXPECT_THROW(dec.score_groups(packed.data(), bad, targets.data(), loss.data(), am.data()), Error);
+    bad = {{4, {0}}};
+    EXPECT_THROW(dec.score_groups(packed.data(), bad, targets.data(), loss.data(), am.data()), Error);
+  }
+}

@@ -27,24 +27,124 @@ bool judge_core_example(CoreTaskType type, const CoreExample& ex, const std::vec
   return (int)best == ex.gold;
 }
 
-std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
-                                                           const std::vector<CoreExample>& exs) {
-  struct Ref { int ex, row, len; };
-  std::vector<Ref> refs;
-  std::vector<std::vector<CoreRowScore>> out(exs.size());
+namespace {
+
+// Mean loss and greedy match of one row from per-position outputs; at(p) is the index of the output
+// for the position that predicts token p (i.e. of token p-1).
+template <typename At>
+CoreRowScore row_score(const CoreRow& row, const float* loss, const int32_t* argmax, At at) {
+  CoreRowScore sc;
+  double sum = 0;
+  for (int p = row.start; p < row.end; p++) {
+    sum += loss[at(p)];
+    sc.all_match = sc.all_match && argmax[at(p)] == row.tokens[p];
+  }
+  sc.mean_loss = sum / (row.end - row.start);
+  return sc;
+}
+
+int common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = std::min(a.size(), b.size()), i = 0;
+  while (i < n && a[i] == b[i]) i++;
+  return (int)i;
+}
+
+struct RowRef { int ex, row, len; };
+struct SharedRows { int ex; std::vector<int> rows; int shared; };
+
+// Splits each example's rows into groups that share a prefix (see score_core_examples) and rows
+// scored whole.
+void plan_rows(const std::vector<CoreExample>& exs, bool grouping, std::vector<RowRef>* whole,
+               std::vector<SharedRows>* groups) {
   for (int e = 0; e < (int)exs.size(); e++) {
-    out[e].resize(exs[e].rows.size());
-    for (int r = 0; r < (int)exs[e].rows.size(); r++) {
-      int len = (int)exs[e].rows[r].tokens.size();
-      if (len > m.context) fail("CORE: row of {} tokens exceeds the context {}", len, m.context);
-      refs.push_back({e, r, len});
+    const auto& rows = exs[e].rows;
+    std::vector<bool> used(rows.size(), false);
+    for (int r0 = 0; r0 < (int)rows.size(); r0++) {
+      if (used[r0]) continue;
+      SharedRows g{e, {r0}, (int)rows[r0].tokens.size()};
+      for (int r = r0 + 1; grouping && r < (int)rows.size(); r++) {
+        if (used[r]) continue;
+        int l = common_prefix(rows[r0].tokens, rows[r].tokens);
+        if (l < kCoreMinShared) continue;
+        g.rows.push_back(r);
+        g.shared = std::min(g.shared, l);
+      }
+      // Position p-1 predicts token p: every scored position must lie in a row's own branch.
+      for (int r : g.rows) g.shared = std::min(g.shared, rows[r].start - 1);
+      if (g.rows.size() >= 2 && g.shared >= kCoreMinShared) {
+        for (int r : g.rows) used[r] = true;
+        groups->push_back(std::move(g));
+      } else {
+        used[r0] = true;
+        whole->push_back({e, r0, (int)rows[r0].tokens.size()});
+      }
     }
   }
-  // Longest first: rows of similar length share a forward, so little compute goes to padding.
-  std::stable_sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) { return a.len > b.len; });
-  int maxB = std::max(1, m.max_rows);
+}
+
+}  // namespace
+
+std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
+                                                           const std::vector<CoreExample>& exs,
+                                                           int64_t* forward_tokens) {
+  std::vector<std::vector<CoreRowScore>> out(exs.size());
+  for (size_t e = 0; e < exs.size(); e++) {
+    out[e].resize(exs[e].rows.size());
+    for (const auto& row : exs[e].rows)
+      if ((int)row.tokens.size() > m.context)
+        fail("CORE: row of {} tokens exceeds the context {}", row.tokens.size(), m.context);
+  }
+  std::vector<RowRef> refs;
+  std::vector<SharedRows> groups;
+  plan_rows(exs, (bool)m.score_groups, &refs, &groups);
+  int64_t computed = 0;
   std::vector<int32_t> inputs, targets, argmax;
   std::vector<float> loss;
+
+  // Groups, packed without padding, about max_rows * context tokens per call.
+  const int64_t budget = (int64_t)std::max(1, m.max_rows) * m.context;
+  for (size_t g0 = 0; g0 < groups.size();) {
+    std::vector<PrefixGroup> layout;
+    inputs.clear();
+    targets.clear();
+    size_t g1 = g0;
+    while (g1 < groups.size() && (g1 == g0 || (int64_t)inputs.size() < budget)) {
+      const SharedRows& g = groups[g1++];
+      const auto& rows = exs[g.ex].rows;
+      PrefixGroup pg;
+      pg.prefix = g.shared;
+      inputs.insert(inputs.end(), rows[g.rows[0]].tokens.begin(), rows[g.rows[0]].tokens.begin() + g.shared);
+      targets.insert(targets.end(), g.shared, -1);
+      for (int r : g.rows) {
+        const CoreRow& row = rows[r];
+        size_t base = inputs.size();
+        pg.branches.push_back((int)row.tokens.size() - g.shared);
+        inputs.insert(inputs.end(), row.tokens.begin() + g.shared, row.tokens.end());
+        targets.resize(inputs.size(), -1);
+        for (int p = row.start; p < row.end; p++) targets[base + (p - 1 - g.shared)] = row.tokens[p];
+      }
+      layout.push_back(std::move(pg));
+    }
+    loss.assign(inputs.size(), 0.0f);
+    argmax.assign(inputs.size(), -1);
+    m.score_groups(inputs.data(), layout, targets.data(), loss.data(), argmax.data());
+    computed += (int64_t)inputs.size();
+    size_t base = 0;
+    for (size_t gi = g0; gi < g1; gi++) {
+      const SharedRows& g = groups[gi];
+      base += g.shared;
+      for (int r : g.rows) {
+        const CoreRow& row = exs[g.ex].rows[r];
+        out[g.ex][r] = row_score(row, loss.data(), argmax.data(), [&](int p) { return base + (p - 1 - g.shared); });
+        base += row.tokens.size() - g.shared;
+      }
+    }
+    g0 = g1;
+  }
+
+  // Whole rows, longest first: rows of similar length share a forward, so little goes to padding.
+  std::stable_sort(refs.begin(), refs.end(), [](const RowRef& a, const RowRef& b) { return a.len > b.len; });
+  int maxB = std::max(1, m.max_rows);
   for (size_t i0 = 0; i0 < refs.size(); i0 += maxB) {
     int B = (int)std::min<size_t>(maxB, refs.size() - i0);
     // Rounded up to a multiple of 32 (within the context): the matmul library builds a kernel per
@@ -60,19 +160,14 @@ std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
       for (int p = row.start; p < row.end; p++) targets[(size_t)b * T + p - 1] = row.tokens[p];
     }
     m.score(inputs.data(), targets.data(), B, T, loss.data(), argmax.data());
+    computed += (int64_t)B * T;
     for (int b = 0; b < B; b++) {
       const CoreRow& row = exs[refs[i0 + b].ex].rows[refs[i0 + b].row];
-      CoreRowScore& sc = out[refs[i0 + b].ex][refs[i0 + b].row];
-      double sum = 0;
-      bool match = true;
-      for (int p = row.start; p < row.end; p++) {
-        sum += loss[(size_t)b * T + p - 1];
-        match = match && argmax[(size_t)b * T + p - 1] == row.tokens[p];
-      }
-      sc.mean_loss = sum / (row.end - row.start);
-      sc.all_match = match;
+      out[refs[i0 + b].ex][refs[i0 + b].row] =
+          row_score(row, loss.data(), argmax.data(), [&](int p) { return (size_t)b * T + p - 1; });
     }
   }
+  if (forward_tokens) *forward_tokens += computed;
   return out;
 }
 
@@ -81,7 +176,7 @@ namespace {
 // Evaluates one task's (already shuffled and truncated) items. Returns {correct, prefix_mismatch}.
 std::pair<int64_t, int64_t> run_task(const CoreModel& m, const CoreTask& task,
                                      const std::vector<nlohmann::json>& items, Progress* prog,
-                                     int64_t* tokens_scored) {
+                                     int64_t* tokens_scored, int64_t* tokens_forward) {
   const int64_t n = (int64_t)items.size();
   // Chunks big enough that length-sorting finds similar rows, small enough to bound memory.
   const int64_t chunk = std::max<int64_t>(64, 16 * std::max(1, m.max_rows));
@@ -115,7 +210,7 @@ std::pair<int64_t, int64_t> run_task(const CoreModel& m, const CoreTask& task,
       mismatch += exs.back().prefix_mismatch;
       for (const auto& row : exs.back().rows) *tokens_scored += (int64_t)row.tokens.size();
     }
-    auto scores = score_core_examples(m, exs);
+    auto scores = score_core_examples(m, exs, tokens_forward);
     for (size_t e = 0; e < exs.size(); e++) correct += judge_core_example(task.type, exs[e], scores[e]);
     done = c1;
     if (prog) prog->update((double)done, fmt::format("{}/{} items | acc {:.4f}", done, n, (double)correct / done));
@@ -165,8 +260,8 @@ nlohmann::json eval_core(const CoreModel& m, const CoreOptions& opt) {
     if (opt.progress)
       prog = std::make_unique<Progress>(fmt::format("core [{}/{}] {}", ti + 1, tasks.size(), task.label),
                                         (double)items.size());
-    int64_t tokens = 0;
-    auto [correct, mismatch] = run_task(m, task, items, prog.get(), &tokens);
+    int64_t tokens = 0, forward = 0;
+    auto [correct, mismatch] = run_task(m, task, items, prog.get(), &tokens, &forward);
     double acc = (double)correct / items.size();
     double cen = centered_accuracy(acc, task.random_baseline);
     double secs = now_seconds() - t0;
@@ -174,7 +269,7 @@ nlohmann::json eval_core(const CoreModel& m, const CoreOptions& opt) {
     nlohmann::json tj = {{"accuracy", acc}, {"centered", cen}, {"n", (int64_t)items.size()},
                          {"correct", correct}, {"random_baseline", task.random_baseline},
                          {"type", core_task_type_name(task.type)}, {"num_fewshot", task.num_fewshot},
-                         {"tokens", tokens}, {"seconds", secs}};
+                         {"tokens", tokens}, {"forward_tokens", forward}, {"seconds", secs}};
     if (task.type == CoreTaskType::LanguageModeling) tj["prefix_mismatch"] = mismatch;
     res["tasks"][task.label] = tj;
     sum_centered += cen;

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/kv_decode.h"  // PrefixGroup
+
 namespace clm {
 
 struct GPT;
@@ -93,8 +95,15 @@ using CoreScorer = std::function<void(const int32_t* inputs, const int32_t* targ
 // Encodes many texts (no BOS); order preserved.
 using CoreEncoder = std::function<std::vector<std::vector<uint32_t>>(const std::vector<std::string_view>&)>;
 
+// Optional: scores groups of rows that share their first tokens, computing those once. Tokens are
+// packed group by group (prefix, then each branch); targets/loss/argmax are per packed token, with
+// the same meaning as for CoreScorer (see KVDecoder::score_groups).
+using CoreGroupScorer = std::function<void(const int32_t* tokens, const std::vector<PrefixGroup>& groups,
+                                           const int32_t* targets, float* loss, int32_t* argmax)>;
+
 struct CoreModel {
   CoreScorer score;
+  CoreGroupScorer score_groups;  // may be empty: then every row is scored whole by `score`
   CoreEncoder encode;
   uint32_t bos = 0;
   int context = 1024;   // rows are cropped to this many tokens
@@ -107,9 +116,15 @@ struct CoreRowScore {
 };
 // MC/schema: the row with the lowest mean loss (first on ties) is the gold row; LM: all_match.
 bool judge_core_example(CoreTaskType type, const CoreExample& ex, const std::vector<CoreRowScore>& s);
-// Scores every row of the examples, batching rows of similar length.
+// Scores every row of the examples. Rows of one example that begin with the same tokens (at least
+// kCoreMinShared of them, and not past any row's scored span) go to m.score_groups when it is set, so
+// the shared context is computed once (multiple choice: the shots and the question; rows cropped by
+// different amounts differ from the first token and stay whole). Other rows are batched by
+// length. `forward_tokens` (optional) += the tokens actually run through the model.
+constexpr int kCoreMinShared = 8;
 std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
-                                                           const std::vector<CoreExample>& exs);
+                                                           const std::vector<CoreExample>& exs,
+                                                           int64_t* forward_tokens = nullptr);
 
 double centered_accuracy(double accuracy, double random_baseline_percent);
 

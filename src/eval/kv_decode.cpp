@@ -57,7 +57,109 @@ struct KVDecoderImpl {
   void linear(const float* xin, const W& w, float* y, int64_t N, int64_t in, int64_t out) {
     linear_fwd(prec, to_mm(xin, N * in), w.ptr(prec), y, N, in, out);
   }
+
+  // A run of packed tokens that attends as one causal sequence: tokens [off, off+n) sit at positions
+  // pos0.. and see the keys already cached at [0, pos0) of their cache area plus their own. The area
+  // starts `cache` floats into the layer's K/V buffer and holds ldT positions per kv head.
+  struct Seg { int64_t off; int n; int pos0; int64_t cache; int ldT; };
+  std::vector<float> group_k, group_v;  // score_groups: one area per group, reused by every layer
+
+  void forward(const int32_t* tokens, int64_t N, const std::vector<Seg>& segs, bool group_cache);
+  void score_rows(int64_t N, const int32_t* targets, float* loss, int32_t* argmax);
 };
+
+// Embedding, every block and the final norm for N packed tokens; xf gets the final hidden states.
+// Row-wise work (norms, matmuls, MLP) runs on all N tokens at once; the head layout, RoPE, the cache
+// writes and attention run per segment. Heads are laid out segment after segment, each [H, n, hd],
+// which for B equal rows is exactly [B, H, n, hd].
+void KVDecoderImpl::forward(const int32_t* tokens, int64_t N, const std::vector<Seg>& segs, bool group_cache) {
+  const int64_t dd = d;
+  for (int64_t i = 0; i < N; i++)
+    if (tokens[i] < 0 || tokens[i] >= V) fail("KV decoder: token id {} out of range [0, {})", tokens[i], V);
+  const int64_t wmax = std::max<int64_t>({dd, qkvw, hw, Hd, qw});
+  auto sz = [](std::vector<float>& v, int64_t k) { if ((int64_t)v.size() < k) v.resize(k); };
+  sz(x, N * dd); sz(mid, N * dd); sz(proj, N * dd); sz(tmp, N * wmax); sz(rstd, N * std::max(H, 1));
+  sz(qkv, N * qkvw); sz(q, N * qw); sz(knew, N * kvw); sz(vnew, N * kvw);
+  sz(qraw, N * qw); sz(kraw, N * kvw); sz(o, N * qw); sz(h, N * hw); sz(act, N * Hd);
+  sz(xf, N * dd);
+  const float eps = cfg.norm_eps;
+  embedding_fwd(tokens, wte.data(), x.data(), N, dd);
+  for (int l = 0; l < L; l++) {
+    auto& ly = layers[l];
+    float* kc = group_cache ? group_k.data() : one_shot ? shared_k.data() : ly.k.data();
+    float* vc = group_cache ? group_v.data() : one_shot ? shared_v.data() : ly.v.data();
+    // attention
+    rmsnorm_fwd(x.data(), ly.attn_g, tmp.data(), rstd.data(), N, dd, eps);
+    linear(tmp.data(), ly.wqkv, qkv.data(), N, dd, qkvw);
+    float* qd = cfg.qk_norm ? qraw.data() : q.data();
+    float* kd = cfg.qk_norm ? kraw.data() : knew.data();
+    for (const Seg& s : segs) {
+      const float* src = qkv.data() + s.off * qkvw;
+      split_heads(src, qkvw, qd + s.off * qw, 1, s.n, H, hd);
+      split_heads(src + qw, qkvw, kd + s.off * kvw, 1, s.n, Hkv, hd);
+      split_heads(src + qw + kvw, qkvw, vnew.data() + s.off * kvw, 1, s.n, Hkv, hd);
+    }
+    if (cfg.qk_norm) {
+      rmsnorm_fwd(qraw.data(), ly.qn_g, q.data(), rstd.data(), N * H, hd, eps);
+      rmsnorm_fwd(kraw.data(), ly.kn_g, knew.data(), rstd.data(), N * Hkv, hd, eps);
+    }
+    for (const Seg& s : segs) {
+      float* qs = q.data() + s.off * qw;
+      float* ks = knew.data() + s.off * kvw;
+      const float* vs = vnew.data() + s.off * kvw;
+      rope_fwd(qs, (int64_t)H * s.n, s.n, hd, cos_t.data(), sin_t.data(), s.pos0);
+      rope_fwd(ks, (int64_t)Hkv * s.n, s.n, hd, cos_t.data(), sin_t.data(), s.pos0);
+      // the segment's keys/values into its cache area at positions [pos0, pos0+n)
+      for (int hh = 0; hh < Hkv; hh++) {
+        size_t from = (size_t)hh * s.n * hd, to = s.cache + ((size_t)hh * s.ldT + s.pos0) * hd;
+        std::memcpy(kc + to, ks + from, sizeof(float) * s.n * hd);
+        std::memcpy(vc + to, vs + from, sizeof(float) * s.n * hd);
+      }
+      attention_fwd(qs, kc + s.cache, vc + s.cache, o.data() + s.off * qw, nullptr, 1, H, Hkv, s.n,
+                    s.pos0 + s.n, s.ldT, hd);
+      merge_heads(o.data() + s.off * qw, tmp.data() + s.off * qw, qw, 1, s.n, H, hd);
+    }
+    linear(tmp.data(), ly.wo, proj.data(), N, qw, dd);
+    residual_fwd(x.data(), proj.data(), mid.data(), N * dd);
+    // MLP
+    rmsnorm_fwd(mid.data(), ly.mlp_g, tmp.data(), rstd.data(), N, dd, eps);
+    linear(tmp.data(), ly.w_in, h.data(), N, dd, hw);
+    if (cfg.activation == "relu2") relu2_fwd(h.data(), act.data(), N * Hd);
+    else if (cfg.activation == "gelu") gelu_fwd(h.data(), act.data(), N * Hd);
+    else swiglu_fwd(h.data(), act.data(), N, Hd);
+    linear(act.data(), ly.w_out, proj.data(), N, Hd, dd);
+    residual_fwd(mid.data(), proj.data(), x.data(), N * dd);
+  }
+  rmsnorm_fwd(x.data(), final_g, xf.data(), rstd.data(), N, dd, eps);
+}
+
+// Loss and argmax at the positions with a target; the head matmul runs only on those rows.
+void KVDecoderImpl::score_rows(int64_t N, const int32_t* targets, float* loss, int32_t* argmax) {
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < N; i++) {
+    loss[i] = 0.0f;
+    argmax[i] = -1;
+    if (targets[i] >= 0) at.push_back(i);
+  }
+  // The head in chunks of rows so the logits buffer stays small (vocab can be large).
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>((int64_t)at.size(), (int64_t(1) << 22) / Vp));
+  std::vector<float> rows((size_t)chunk * d), logits((size_t)chunk * Vp), lo(chunk);
+  std::vector<int32_t> tg(chunk), am(chunk);
+  for (size_t c0 = 0; c0 < at.size(); c0 += chunk) {
+    int64_t nr = std::min<int64_t>(chunk, (int64_t)at.size() - (int64_t)c0);
+    for (int64_t r = 0; r < nr; r++) {
+      std::memcpy(rows.data() + r * d, xf.data() + at[c0 + r] * d, sizeof(float) * d);
+      tg[r] = targets[at[c0 + r]];
+      if (tg[r] >= V) fail("KV decoder: target id {} out of range [0, {})", tg[r], V);
+    }
+    linear(rows.data(), head, logits.data(), nr, d, Vp);
+    softcap_xent(logits.data(), tg.data(), nr, V, Vp, cfg.logit_softcap, lo.data(), am.data(), false, 0.0f);
+    for (int64_t r = 0; r < nr; r++) {
+      loss[at[c0 + r]] = lo[r];
+      argmax[at[c0 + r]] = am[r];
+    }
+  }
+}
 
 KVDecoder::KVDecoder(GPT& model, int max_B, int max_T, bool one_shot) : impl(std::make_unique<KVDecoderImpl>()) {
   KVDecoderImpl& m = *impl;
@@ -161,60 +263,50 @@ void KVDecoder::append(const int32_t* tokens, int B, int n) {
   if (n <= 0 || m.pos + n > m.max_T)
     fail("KV decoder: {} cached + {} new positions exceed the capacity {}", m.pos, n, m.max_T);
   m.B = B;
-  const int64_t N = (int64_t)B * n, d = m.d;
-  const int pos0 = m.pos, Tk = pos0 + n;
-  for (int64_t i = 0; i < N; i++)
-    if (tokens[i] < 0 || tokens[i] >= m.V) fail("KV decoder: token id {} out of range [0, {})", tokens[i], m.V);
-  const int64_t wmax = std::max<int64_t>({d, m.qkvw, m.hw, m.Hd, m.qw});
-  auto sz = [](std::vector<float>& v, int64_t k) { if ((int64_t)v.size() < k) v.resize(k); };
-  sz(m.x, N * d); sz(m.mid, N * d); sz(m.proj, N * d); sz(m.tmp, N * wmax); sz(m.rstd, N * std::max(m.H, 1));
-  sz(m.qkv, N * m.qkvw); sz(m.q, N * m.qw); sz(m.knew, N * m.kvw); sz(m.vnew, N * m.kvw);
-  sz(m.qraw, N * m.qw); sz(m.kraw, N * m.kvw); sz(m.o, N * m.qw); sz(m.h, N * m.hw); sz(m.act, N * m.Hd);
-  sz(m.xf, N * d);
-  const float eps = m.cfg.norm_eps;
-  embedding_fwd(tokens, m.wte.data(), m.x.data(), N, d);
-  for (int l = 0; l < m.L; l++) {
-    auto& ly = m.layers[l];
-    float* kc = m.one_shot ? m.shared_k.data() : ly.k.data();
-    float* vc = m.one_shot ? m.shared_v.data() : ly.v.data();
-    // attention
-    rmsnorm_fwd(m.x.data(), ly.attn_g, m.tmp.data(), m.rstd.data(), N, d, eps);
-    m.linear(m.tmp.data(), ly.wqkv, m.qkv.data(), N, d, m.qkvw);
-    float* qd = m.cfg.qk_norm ? m.qraw.data() : m.q.data();
-    float* kd = m.cfg.qk_norm ? m.kraw.data() : m.knew.data();
-    split_heads(m.qkv.data(), m.qkvw, qd, B, n, m.H, m.hd);
-    split_heads(m.qkv.data() + m.qw, m.qkvw, kd, B, n, m.Hkv, m.hd);
-    split_heads(m.qkv.data() + m.qw + m.kvw, m.qkvw, m.vnew.data(), B, n, m.Hkv, m.hd);
-    if (m.cfg.qk_norm) {
-      rmsnorm_fwd(m.qraw.data(), ly.qn_g, m.q.data(), m.rstd.data(), N * m.H, m.hd, eps);
-      rmsnorm_fwd(m.kraw.data(), ly.kn_g, m.knew.data(), m.rstd.data(), N * m.Hkv, m.hd, eps);
-    }
-    rope_fwd(m.q.data(), N * m.H, n, m.hd, m.cos_t.data(), m.sin_t.data(), pos0);
-    rope_fwd(m.knew.data(), N * m.Hkv, n, m.hd, m.cos_t.data(), m.sin_t.data(), pos0);
-    // new keys/values into the cache at positions [pos0, pos0+n)
-    for (int b = 0; b < B; b++)
-      for (int hh = 0; hh < m.Hkv; hh++) {
-        size_t src = (((size_t)b * m.Hkv + hh) * n) * m.hd;
-        size_t dst = (((size_t)b * m.Hkv + hh) * m.max_T + pos0) * m.hd;
-        std::memcpy(kc + dst, m.knew.data() + src, sizeof(float) * n * m.hd);
-        std::memcpy(vc + dst, m.vnew.data() + src, sizeof(float) * n * m.hd);
-      }
-    attention_fwd(m.q.data(), kc, vc, m.o.data(), nullptr, B, m.H, m.Hkv, n, Tk, m.max_T, m.hd);
-    merge_heads(m.o.data(), m.tmp.data(), m.qw, B, n, m.H, m.hd);
-    m.linear(m.tmp.data(), ly.wo, m.proj.data(), N, m.qw, d);
-    residual_fwd(m.x.data(), m.proj.data(), m.mid.data(), N * d);
-    // MLP
-    rmsnorm_fwd(m.mid.data(), ly.mlp_g, m.tmp.data(), m.rstd.data(), N, d, eps);
-    m.linear(m.tmp.data(), ly.w_in, m.h.data(), N, d, m.hw);
-    if (m.cfg.activation == "relu2") relu2_fwd(m.h.data(), m.act.data(), N * m.Hd);
-    else if (m.cfg.activation == "gelu") gelu_fwd(m.h.data(), m.act.data(), N * m.Hd);
-    else swiglu_fwd(m.h.data(), m.act.data(), N, m.Hd);
-    m.linear(m.act.data(), ly.w_out, m.proj.data(), N, m.Hd, d);
-    residual_fwd(m.mid.data(), m.proj.data(), m.x.data(), N * d);
-  }
-  rmsnorm_fwd(m.x.data(), m.final_g, m.xf.data(), m.rstd.data(), N, d, eps);
+  // Row b is one segment: its n tokens continue row b's cache at position pos.
+  std::vector<KVDecoderImpl::Seg> segs(B);
+  for (int b = 0; b < B; b++)
+    segs[b] = {(int64_t)b * n, n, m.pos, (int64_t)b * m.Hkv * m.max_T * m.hd, m.max_T};
+  m.forward(tokens, (int64_t)B * n, segs, /*group_cache=*/false);
   m.pos += n;
   m.n_last = n;
+}
+
+void KVDecoder::score_groups(const int32_t* tokens, const std::vector<PrefixGroup>& groups,
+                             const int32_t* targets, float* loss, int32_t* argmax) {
+  KVDecoderImpl& m = *impl;
+  // Each group gets its own cache area of (prefix + longest branch) positions. Segments run in
+  // packed order, so within a layer the prefix's keys are in place before any branch attends to
+  // them, and each branch writes its keys just after the prefix, over the previous branch's.
+  std::vector<KVDecoderImpl::Seg> segs;
+  int64_t off = 0, cache = 0;
+  for (const PrefixGroup& g : groups) {
+    int longest = 0;
+    for (int n : g.branches) {
+      if (n <= 0) fail("KV decoder: an empty branch");
+      longest = std::max(longest, n);
+    }
+    if (g.prefix < 0 || g.prefix + longest > m.max_T || g.prefix + longest == 0)
+      fail("KV decoder: a group of {} + {} positions outside 1..{}", g.prefix, longest, m.max_T);
+    const int ldT = g.prefix + longest;
+    if (g.prefix > 0) segs.push_back({off, g.prefix, 0, cache, ldT});
+    off += g.prefix;
+    for (int n : g.branches) {
+      segs.push_back({off, n, g.prefix, cache, ldT});
+      off += n;
+    }
+    cache += (int64_t)m.Hkv * ldT * m.hd;
+  }
+  if (off == 0) fail("KV decoder: no tokens to score");
+  if ((int64_t)m.group_k.size() < cache) {
+    m.group_k.resize(cache);
+    m.group_v.resize(cache);
+  }
+  m.forward(tokens, off, segs, /*group_cache=*/true);
+  m.pos = 0;  // the per-row caches were not touched but no longer match the scratch
+  m.B = 0;
+  m.n_last = 0;
+  m.score_rows(off, targets, loss, argmax);
 }
 
 void KVDecoder::last_logits(float* out) {
@@ -233,31 +325,7 @@ void KVDecoder::last_logits(float* out) {
 void KVDecoder::score(const int32_t* targets, float* loss, int32_t* argmax) {
   KVDecoderImpl& m = *impl;
   if (m.n_last == 0) fail("KV decoder: score before append");
-  const int64_t N = (int64_t)m.B * m.n_last, d = m.d;
-  std::vector<int64_t> at;
-  for (int64_t i = 0; i < N; i++) {
-    loss[i] = 0.0f;
-    argmax[i] = -1;
-    if (targets[i] >= 0) at.push_back(i);
-  }
-  // The head in chunks of rows so the logits buffer stays small (vocab can be large).
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>((int64_t)at.size(), (int64_t(1) << 22) / m.Vp));
-  std::vector<float> rows((size_t)chunk * d), logits((size_t)chunk * m.Vp), l(chunk);
-  std::vector<int32_t> tg(chunk), am(chunk);
-  for (size_t c0 = 0; c0 < at.size(); c0 += chunk) {
-    int64_t nr = std::min<int64_t>(chunk, (int64_t)at.size() - (int64_t)c0);
-    for (int64_t r = 0; r < nr; r++) {
-      std::memcpy(rows.data() + r * d, m.xf.data() + at[c0 + r] * d, sizeof(float) * d);
-      tg[r] = targets[at[c0 + r]];
-      if (tg[r] >= m.V) fail("KV decoder: target id {} out of range [0, {})", tg[r], m.V);
-    }
-    m.linear(rows.data(), m.head, logits.data(), nr, d, m.Vp);
-    softcap_xent(logits.data(), tg.data(), nr, m.V, m.Vp, m.cfg.logit_softcap, l.data(), am.data(), false, 0.0f);
-    for (int64_t r = 0; r < nr; r++) {
-      loss[at[c0 + r]] = l[r];
-      argmax[at[c0 + r]] = am[r];
-    }
-  }
+  m.score_rows((int64_t)m.B * m.n_last, targets, loss, argmax);
 }
 
 }  // namespace clm

@@ -1,10 +1,13 @@
 // Inference-only forward of the GPT with a KV cache, built from the engine's ops (model/ops.h) and
 // the math of docs/MODEL.md. Two uses: generation (the prompt is appended once, then one token per
 // step attends to the cached keys/values instead of recomputing the prefix), and cheap scoring (CORE):
-// the LM head is applied only at positions that are scored, not at every position of every row.
+// the LM head is applied only at positions that are scored, not at every position of every row;
+// and rows that begin with the same tokens (the choices of a multiple-choice item) compute those
+// tokens once (score_groups).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "model/config.h"
 
@@ -12,6 +15,12 @@ namespace clm {
 
 struct GPT;
 struct KVDecoderImpl;
+
+// Rows that share their first `prefix` tokens: row j is prefix + branch j (branches[j] tokens).
+struct PrefixGroup {
+  int prefix = 0;
+  std::vector<int> branches;
+};
 
 struct KVDecoder {
   // Snapshots the model's weights (in its matmul precision); later weight changes are not seen.
@@ -33,6 +42,13 @@ struct KVDecoder {
   // For the last append's positions (B*n, row-major): loss (nats) and argmax where targets >= 0
   // (0 / -1 elsewhere). The head matmul runs only on those positions.
   void score(const int32_t* targets, float* loss, int32_t* argmax);
+  // Scores groups of rows that share a prefix without the per-row caches: tokens are packed group by
+  // group (prefix, then each branch), and targets/loss/argmax are per packed token as in score().
+  // Each prefix runs once; branch token i sits at position prefix + i and attends to the prefix's
+  // keys and its own branch, so every row gets the computation it would get scored whole.
+  // prefix + longest branch must fit max_T. Forgets any cached positions (like reset()).
+  void score_groups(const int32_t* tokens, const std::vector<PrefixGroup>& groups,
+                    const int32_t* targets, float* loss, int32_t* argmax);
 
   const ModelConfig& config() const;
   std::unique_ptr<KVDecoderImpl> impl;

@@ -5,7 +5,6 @@
 #include <filesystem>
 
 #include "core/common.h"
-#include "optim/optim.h"
 #include "train/checkpoint.h"
 
 namespace clm {
@@ -30,12 +29,7 @@ LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T) {
   }
   int T = max_T > 0 ? max_T : m.cfg.model.seq_len;
   m.gpt = std::make_unique<GPT>(m.cfg.model, std::max(1, max_B), T);
-  // The checkpoint loader verifies and restores weights and optimizer state together; the
-  // optimizer is built only to receive its state and is dropped right after.
-  {
-    Optimizer opt(m.gpt->params(), m.cfg.optim);
-    load_checkpoint(m.checkpoint, m.cfg, *m.gpt, opt);
-  }
+  load_checkpoint_weights(m.checkpoint, *m.gpt);  // verified; the optimizer state is not needed
   m.gpt->weights_changed();
   m.gpt->set_grad_enabled(false);
   return m;

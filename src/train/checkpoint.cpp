@@ -65,32 +65,61 @@ struct Parsed {
   size_t weights_off, weight_bytes, optim_off, optim_bytes;
 };
 
-Parsed parse(const std::string& path, const std::string& blob, bool verify_checksum) {
-  if (blob.size() < kHeader + 8) fail("checkpoint {} is truncated ({} bytes)", path, blob.size());
-  if (std::memcmp(blob.data(), kMagic, 8) != 0) fail("{} is not a clocklm checkpoint (bad magic)", path);
-  uint32_t version = get<uint32_t>(blob, 8);
+// The fixed header, checked against the file's size: offsets and sizes of the three sections.
+Parsed parse_header(const std::string& path, const char* h, size_t file_size) {
+  if (file_size < kHeader + 8) fail("checkpoint {} is truncated ({} bytes)", path, file_size);
+  if (std::memcmp(h, kMagic, 8) != 0) fail("{} is not a clocklm checkpoint (bad magic)", path);
+  std::string hs(h, kHeader);
+  uint32_t version = get<uint32_t>(hs, 8);
   if (version != kCheckpointVersion)
     fail("checkpoint {} has version {}, this clocklm reads version {}", path, version, kCheckpointVersion);
   Parsed p;
-  p.config_hash = get<uint64_t>(blob, 16);
-  uint64_t meta_bytes = get<uint64_t>(blob, 24), wb = get<uint64_t>(blob, 32), ob = get<uint64_t>(blob, 40);
-  if (meta_bytes > blob.size() || wb > blob.size() || ob > blob.size() ||
-      kHeader + meta_bytes + wb + ob + 8 != blob.size())
-    fail("checkpoint {} is truncated or corrupt (size {} does not match its header)", path, blob.size());
-  if (verify_checksum) {
-    uint64_t want = get<uint64_t>(blob, blob.size() - 8);
-    if (checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
-  }
-  try {
-    p.meta = nlohmann::json::parse(blob.substr(kHeader, meta_bytes));
-  } catch (const nlohmann::json::exception&) {
-    fail("checkpoint {} is corrupt (unreadable metadata)", path);
-  }
+  p.config_hash = get<uint64_t>(hs, 16);
+  uint64_t meta_bytes = get<uint64_t>(hs, 24), wb = get<uint64_t>(hs, 32), ob = get<uint64_t>(hs, 40);
+  if (meta_bytes > file_size || wb > file_size || ob > file_size || kHeader + meta_bytes + wb + ob + 8 != file_size)
+    fail("checkpoint {} is truncated or corrupt (size {} does not match its header)", path, file_size);
   p.weights_off = kHeader + meta_bytes;
   p.weight_bytes = wb;
   p.optim_off = p.weights_off + wb;
   p.optim_bytes = ob;
   return p;
+}
+
+nlohmann::json parse_meta(const std::string& path, const char* text, size_t n) {
+  try {
+    return nlohmann::json::parse(text, text + n);
+  } catch (const nlohmann::json::exception&) {
+    fail("checkpoint {} is corrupt (unreadable metadata)", path);
+  }
+}
+
+Parsed parse(const std::string& path, const std::string& blob, bool verify_checksum) {
+  Parsed p = parse_header(path, blob.data(), blob.size());
+  if (verify_checksum) {
+    uint64_t want = get<uint64_t>(blob, blob.size() - 8);
+    if (checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
+  }
+  p.meta = parse_meta(path, blob.data() + kHeader, p.weights_off - kHeader);
+  return p;
+}
+
+// Throws unless the file's parameter table and weight size are this model's.
+void check_weights(const std::string& path, const Parsed& p, GPT& model) {
+  if (p.meta.value("params", nlohmann::json()) != param_table(model))
+    fail("checkpoint {} holds different parameters than this model", path);
+  uint64_t weight_bytes = 0;
+  for (const Param& q : model.params()) weight_bytes += uint64_t(numel_of(q)) * 4;
+  if (weight_bytes != p.weight_bytes) fail("checkpoint {} has {} weight bytes, the model {}", path, p.weight_bytes, weight_bytes);
+}
+
+void restore_weights(const std::string& path, const Parsed& p, const std::string& blob, GPT& model) {
+  check_weights(path, p, model);
+  size_t off = p.weights_off;
+  for (Param& q : model.params()) {
+    size_t n = size_t(numel_of(q)) * 4;
+    std::memcpy(q.data, blob.data() + off, n);
+    off += n;
+  }
 }
 
 }  // namespace
@@ -132,11 +161,7 @@ nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GP
     fail("checkpoint {} was written by a different config (hash {}, this run's config hashes to {}); "
          "model, optimizer, batch and seed must match to resume",
          path, hex64(p.config_hash), hex64(config_hash(cfg)));
-  if (p.meta.value("params", nlohmann::json()) != param_table(model))
-    fail("checkpoint {} holds different parameters than this model", path);
-  uint64_t weight_bytes = 0;
-  for (const Param& q : model.params()) weight_bytes += uint64_t(numel_of(q)) * 4;
-  if (weight_bytes != p.weight_bytes) fail("checkpoint {} has {} weight bytes, the model {}", path, p.weight_bytes, weight_bytes);
+  check_weights(path, p, model);
   // Optimizer first (it validates itself and changes nothing on failure), then the weights.
   std::istringstream is(blob.substr(p.optim_off, p.optim_bytes));
   try {
@@ -144,18 +169,30 @@ nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GP
   } catch (const Error& e) {
     fail("checkpoint {}: {}", path, e.what());
   }
-  size_t off = p.weights_off;
-  for (Param& q : model.params()) {
-    size_t n = size_t(numel_of(q)) * 4;
-    std::memcpy(q.data, blob.data() + off, n);
-    off += n;
-  }
+  restore_weights(path, p, blob, model);
+  return p.meta;
+}
+
+nlohmann::json load_checkpoint_weights(const std::string& path, GPT& model) {
+  std::string blob = read_file(path);
+  Parsed p = parse(path, blob, true);
+  restore_weights(path, p, blob, model);
   return p.meta;
 }
 
 nlohmann::json read_checkpoint_meta(const std::string& path) {
-  std::string blob = read_file(path);
-  return parse(path, blob, false).meta;
+  // Header and metadata only: a checkpoint is mostly weights and optimizer state.
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot open checkpoint {}", path);
+  f.seekg(0, std::ios::end);
+  size_t size = (size_t)f.tellg();
+  f.seekg(0);
+  char h[kHeader] = {};
+  f.read(h, std::min(size, kHeader));
+  Parsed p = parse_header(path, h, size);
+  std::string meta(p.weights_off - kHeader, '\0');
+  if (!f.read(meta.data(), (std::streamsize)meta.size())) fail("cannot read checkpoint {}", path);
+  return parse_meta(path, meta.data(), meta.size());
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {

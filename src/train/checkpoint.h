@@ -26,6 +26,10 @@ void save_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, 
 // fails; every failure is an Error with a one-line message naming the file and the problem.
 nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, Optimizer& opt);
 
+// For evaluation: the same verification (minus the config hash: batch or seed may differ), then
+// restores the weights only; the optimizer state is skipped. Returns the metadata.
+nlohmann::json load_checkpoint_weights(const std::string& path, GPT& model);
+
 // Reads only the header and metadata (no verification of the payload): for `runs`, tools and tests.
 nlohmann::json read_checkpoint_meta(const std::string& path);
 
