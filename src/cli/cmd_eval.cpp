@@ -82,7 +82,8 @@ void register_eval_commands(CLI::App& app) {
   core->add_option("--csv", ca->csv, "Write the table in the layout of core/reference/*.csv");
   core->add_flag("--quiet", ca->quiet, "No progress on stderr");
   core->callback([ca] {
-    LoadedModel lm = load_model_for_eval(ca->checkpoint, ca->batch, 0);
+    // The GPT only holds the weights here: scoring runs in a KVDecoder with its own buffers.
+    LoadedModel lm = load_model_for_eval(ca->checkpoint, 1, 1);
     Tokenizer tok = resolve_tokenizer(lm, ca->tokenizer, ca->data);
     CoreOptions opt;
     opt.bundle = ca->bundle;
@@ -117,7 +118,7 @@ void register_eval_commands(CLI::App& app) {
   smp->add_option("--data", sa->data, "Dataset folder whose tokenizer to use");
   smp->add_flag("--stop-at-bos", sa->stop, "Stop at the end-of-document token");
   smp->callback([sa] {
-    LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 0);
+    LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 1);  // generation uses a KVDecoder
     Tokenizer tok = resolve_tokenizer(lm, sa->tokenizer, sa->data);
     std::vector<int32_t> prompt{(int32_t)tok.bos_id()};
     for (uint32_t id : tok.encode(sa->prompt)) prompt.push_back((int32_t)id);

@@ -58,7 +58,22 @@ void atomic_write(const std::string& path, std::string_view data) {
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read {}: {}", path, std::strerror(errno));
-  std::ostringstream ss;
+  // One read into a string of the file's size: a stream copy would touch every byte twice, which
+  // shows on checkpoints of hundreds of megabytes.
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  if (!ec) {
+    std::string out(size, '\0');
+    f.read(out.data(), (std::streamsize)size);
+    if ((size_t)f.gcount() == size) {
+      if (f.peek() == std::char_traits<char>::eof()) return out;  // did not grow meanwhile
+    } else if (f.bad()) {
+      fail("error reading {}", path);
+    }
+    f.clear();
+    f.seekg(0);
+  }
+  std::ostringstream ss;  // not a regular file (a pipe, /proc), or it changed while being read
   ss << f.rdbuf();
   if (f.bad()) fail("error reading {}", path);
   return ss.str();

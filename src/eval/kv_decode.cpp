@@ -63,6 +63,7 @@ struct KVDecoderImpl {
   // starts `cache` floats into the layer's K/V buffer and holds ldT positions per kv head.
   struct Seg { int64_t off; int n; int pos0; int64_t cache; int ldT; };
   std::vector<float> group_k, group_v;  // score_groups: one area per group, reused by every layer
+  std::vector<float> head_logits;       // score_rows: logits of a chunk of scored positions
 
   void forward(const int32_t* tokens, int64_t N, const std::vector<Seg>& segs, bool group_cache);
   void score_rows(int64_t N, const int32_t* targets, float* loss, int32_t* argmax);
@@ -142,8 +143,12 @@ void KVDecoderImpl::score_rows(int64_t N, const int32_t* targets, float* loss, i
     if (targets[i] >= 0) at.push_back(i);
   }
   // The head in chunks of rows so the logits buffer stays small (vocab can be large).
+  // Kept between calls: scoring calls are many, and a fresh multi-megabyte buffer each time costs
+  // page faults and zeroing comparable to the head matmul itself.
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>((int64_t)at.size(), (int64_t(1) << 22) / Vp));
-  std::vector<float> rows((size_t)chunk * d), logits((size_t)chunk * Vp), lo(chunk);
+  if ((int64_t)head_logits.size() < chunk * Vp) head_logits.resize((size_t)chunk * Vp);
+  float* logits = head_logits.data();
+  std::vector<float> rows((size_t)chunk * d), lo(chunk);
   std::vector<int32_t> tg(chunk), am(chunk);
   for (size_t c0 = 0; c0 < at.size(); c0 += chunk) {
     int64_t nr = std::min<int64_t>(chunk, (int64_t)at.size() - (int64_t)c0);
@@ -152,8 +157,8 @@ void KVDecoderImpl::score_rows(int64_t N, const int32_t* targets, float* loss, i
       tg[r] = targets[at[c0 + r]];
       if (tg[r] >= V) fail("KV decoder: target id {} out of range [0, {})", tg[r], V);
     }
-    linear(rows.data(), head, logits.data(), nr, d, Vp);
-    softcap_xent(logits.data(), tg.data(), nr, V, Vp, cfg.logit_softcap, lo.data(), am.data(), false, 0.0f);
+    linear(rows.data(), head, logits, nr, d, Vp);
+    softcap_xent(logits, tg.data(), nr, V, Vp, cfg.logit_softcap, lo.data(), am.data(), false, 0.0f);
     for (int64_t r = 0; r < nr; r++) {
       loss[at[c0 + r]] = lo[r];
       argmax[at[c0 + r]] = am[r];
