@@ -1,6 +1,8 @@
 // `clocklm bench train`: times full training steps of a config on synthetic tokens (no data needed)
 // and reports tokens/s, model FLOP/s and the fraction of this machine's measured bf16 matmul
 // ceiling. Per-phase times (forward, backward, optimizer) show where a step goes.
+// `clocklm bench attention`: times the causal attention kernel alone (forward, backward) at a given
+// shape and reports GFLOP/s, for work on that kernel.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -15,6 +17,7 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/matmul.h"
+#include "model/ops.h"
 #include "optim/optim.h"
 #include "exp/profiler.h"
 #include <map>
@@ -137,6 +140,59 @@ void run_bench_train(const BenchArgs& a) {
               mflops / 1e9, ceiling, 100.0 * mflops / (ceiling * 1e9));
 }
 
+struct AttnArgs {
+  int batch = 8, heads = 4, kv_heads = 0, seq = 1024, head_dim = 64, reps = 5, threads = 0;
+  bool json = false;
+};
+
+void run_bench_attention(const AttnArgs& a) {
+  const int Hkv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  if (a.batch <= 0 || a.heads <= 0 || a.seq <= 0 || a.head_dim <= 0 || a.reps <= 0 || a.heads % Hkv != 0)
+    fail("bench attention: batch, heads, seq, head-dim and reps must be positive and heads a multiple of kv-heads");
+  int threads = a.threads > 0 ? a.threads : default_threads();
+  omp_set_num_threads(threads);
+  const int B = a.batch, H = a.heads, T = a.seq, hd = a.head_dim;
+  const size_t nq = (size_t)B * H * T * hd, nkv = (size_t)B * Hkv * T * hd;
+  std::vector<float> q(nq), k(nkv), v(nkv), o(nq), lse((size_t)B * H * T), dout(nq), dq(nq), dk(nkv), dv(nkv);
+  Rng rng(7);
+  for (auto* x : {&q, &k, &v, &dout})
+    for (float& f : *x) f = (float)(rng.uniform() * 2 - 1);
+  // Causal: query i sees i+1 keys; Q K^T and P V are 2 flops per multiply-add each -> forward
+  // 4*hd per (query, key) pair; backward recomputes S and forms dP, dV, dK, dQ: 10*hd per pair.
+  const double pairs = (double)B * H * T * (T + 1) / 2;
+  const double fwd_flops = 4.0 * hd * pairs, bwd_flops = 10.0 * hd * pairs;
+  auto time_best = [&](auto fn) {
+    fn();  // warm-up
+    double best = 1e30, sum = 0;
+    for (int r = 0; r < a.reps; r++) {
+      double t0 = now_seconds();
+      fn();
+      double dt = now_seconds() - t0;
+      best = std::min(best, dt);
+      sum += dt;
+    }
+    return std::pair<double, double>{best, sum / a.reps};
+  };
+  auto [fb, fm] = time_best([&] { attention_fwd(q.data(), k.data(), v.data(), o.data(), lse.data(), B, H, Hkv, T, T, T, hd); });
+  auto [bb, bm] = time_best([&] {
+    attention_bwd(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), B, H, Hkv, T, hd);
+  });
+  if (a.json) {
+    nlohmann::json j = {{"bench", "attention"}, {"batch", B}, {"heads", H}, {"kv_heads", Hkv}, {"seq", T},
+                        {"head_dim", hd}, {"threads", threads}, {"reps", a.reps},
+                        {"forward_ms_best", fb * 1e3}, {"forward_ms_mean", fm * 1e3}, {"forward_gflops", fwd_flops / fb / 1e9},
+                        {"backward_ms_best", bb * 1e3}, {"backward_ms_mean", bm * 1e3}, {"backward_gflops", bwd_flops / bb / 1e9},
+                        {"version", CLOCKLM_VERSION}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, fp32, best of %d)\n", B, H, Hkv, T, hd,
+              threads, a.reps);
+  std::printf("  %-9s %10s %10s %10s\n", "pass", "best ms", "mean ms", "GFLOP/s");
+  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9);
+  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
+}
+
 }  // namespace
 
 void register_bench_commands(CLI::App& app) {
@@ -159,6 +215,17 @@ void register_bench_commands(CLI::App& app) {
   tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
   tr->add_flag("--json", args->json, "print one JSON object");
   tr->callback([args] { run_bench_train(*args); });
+  auto aa = std::make_shared<AttnArgs>();
+  auto* at = bench->add_subcommand("attention", "time the causal attention kernel (forward and backward)");
+  at->add_option("--batch", aa->batch, "rows")->capture_default_str();
+  at->add_option("--heads", aa->heads, "query heads")->capture_default_str();
+  at->add_option("--kv-heads", aa->kv_heads, "key/value heads (0 = heads)");
+  at->add_option("--seq", aa->seq, "tokens per row")->capture_default_str();
+  at->add_option("--head-dim", aa->head_dim, "dimension per head")->capture_default_str();
+  at->add_option("--reps", aa->reps, "timed repetitions (best and mean reported)")->capture_default_str();
+  at->add_option("--threads", aa->threads, "worker threads (0 = default)");
+  at->add_flag("--json", aa->json, "print one JSON object");
+  at->callback([aa] { run_bench_attention(*aa); });
 }
 
 }  // namespace clm
