@@ -145,8 +145,15 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
           for (int r = 0; r < nq; ++r) {
             float* sr = s.data() + r * KT;
             int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0, k0+lim) are visible
-            float mx = m[r];
-            for (int c = 0; c < lim; ++c) mx = std::max(mx, sr[c]);
+            // Max over the visible keys, 16 lanes at a time (max is exact in any order; a scalar
+            // loop here was a serial chain of vmaxss that cost ~a quarter of the forward).
+            __m512 vmx = _mm512_set1_ps(-INFINITY);
+            for (int c0 = 0; c0 < lim; c0 += 16) {
+              int left = lim - c0;
+              __mmask16 msk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+              vmx = _mm512_mask_max_ps(vmx, msk, vmx, _mm512_loadu_ps(sr + c0));
+            }
+            float mx = std::max(m[r], _mm512_reduce_max_ps(vmx));
             float corr = vexp(m[r] - mx);  // m = -inf the first time -> 0
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
