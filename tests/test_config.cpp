@@ -2,12 +2,12 @@
 // validation messages, the config hash, and the CLI's one-line errors for bad configs.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "model/config.h"
 #include "model/gpt.h"
 
@@ -24,21 +24,8 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-struct CmdResult {
-  int status;
-  std::string out;
-};
-
-CmdResult run_cmd(const std::string& cmd) {
-  std::array<char, 4096> buf;
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using cli_test::CmdResult;
+using cli_test::run_cmd;
 
 std::string temp_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("clocklm_test_config_" + name);

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -317,14 +318,8 @@ TEST(DataPrepare, LoaderReadsAPreparedDataset) {
 }
 
 TEST(DataPrepare, CommandLineErrorsAreOneLine) {
-  std::string cmd = std::string(CLOCKLM_BINARY) + " prepare --input /nonexistent/x.jsonl --out /tmp/clocklm_never 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_TRUE(p);
   std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  int st = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(st), 1);
+  EXPECT_EQ(cli_test::run_clocklm("prepare --input /nonexistent/x.jsonl --out /tmp/clocklm_never", &out), 1);
   EXPECT_EQ(out.rfind("clocklm: error: ", 0), 0u) << out;
   EXPECT_NE(out.find("/nonexistent/x.jsonl"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists("/tmp/clocklm_never"));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "data/dataset.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -18,20 +19,7 @@
 using namespace clm;
 namespace fs = std::filesystem;
 
-namespace {
-
-int run(const std::string& cmd, std::string* out = nullptr) {
-  std::string full = std::string(CLOCKLM_BINARY) + " " + cmd + " 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  std::string s;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) s.append(buf, n);
-  int rc = pclose(p);
-  if (out) *out = s;
-  return WEXITSTATUS(rc);
-}
-
-}  // namespace
+using cli_test::run_clocklm;
 
 TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   std::string shared = CLOCKLM_SHARED_DATA;
@@ -41,7 +29,7 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   fs::create_directories(dir / "run" / "checkpoints");
   std::string ds = (dir / "ds").string();
   std::string out;
-  ASSERT_EQ(run("prepare -q -i " + shared + "/tiny/tinyshakespeare.txt --txt-doc-bytes 2000 --vocab-size 300 --val-fraction 0.1 -o " + ds, &out), 0) << out;
+  ASSERT_EQ(run_clocklm("prepare -q -i " + shared + "/tiny/tinyshakespeare.txt --txt-doc-bytes 2000 --vocab-size 300 --val-fraction 0.1 -o " + ds, &out), 0) << out;
   DatasetInfo info = read_dataset_info(ds);
 
   RunConfig cfg;
@@ -62,7 +50,7 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
                nlohmann::json({{"dataset", {{"dir", ds}, {"tokenizer_hash", info.tokenizer_hash}}}}).dump());
 
   std::string js = (dir / "bpb.json").string();
-  ASSERT_EQ(run("eval bpb --checkpoint " + ckpt + " --val-tokens 1000 --batch 4 --json " + js, &out), 0) << out;
+  ASSERT_EQ(run_clocklm("eval bpb --checkpoint " + ckpt + " --val-tokens 1000 --batch 4 --json " + js, &out), 0) << out;
   auto j = nlohmann::json::parse(read_file(js));
   EXPECT_EQ(j["positions"], 1000);
   EXPECT_NEAR(j["bpb"].get<double>(), std::log2((double)info.vocab_size) * j["tokens"].get<double>() / j["bytes"].get<double>(), 1e-4);
@@ -71,7 +59,7 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   std::string bundle = shared + "/core";
   if (path_exists(bundle + "/core.yaml")) {
     std::string cj = (dir / "core.json").string();
-    ASSERT_EQ(run("eval core --quiet --checkpoint " + (dir / "run").string() + " --bundle " + bundle +
+    ASSERT_EQ(run_clocklm("eval core --quiet --checkpoint " + (dir / "run").string() + " --bundle " + bundle +
                       " --max-per-task 6 --tasks copa,lambada_openai,coqa --json " + cj, &out), 0) << out;
     auto c = nlohmann::json::parse(read_file(cj));
     EXPECT_EQ(c["tasks_evaluated"], 2);
@@ -80,9 +68,9 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
     EXPECT_NE(out.find("Task                               , Accuracy  , Centered"), std::string::npos) << out;
   }
 
-  ASSERT_EQ(run("sample --checkpoint " + ckpt + " --prompt 'ROMEO:' --tokens 5 --temperature 0", &out), 0) << out;
+  ASSERT_EQ(run_clocklm("sample --checkpoint " + ckpt + " --prompt 'ROMEO:' --tokens 5 --temperature 0", &out), 0) << out;
   EXPECT_EQ(out.rfind("ROMEO:", 0), 0u) << out;
-  EXPECT_NE(run("sample --checkpoint " + (dir / "missing.ckpt").string() + " --prompt x", &out), 0);
+  EXPECT_NE(run_clocklm("sample --checkpoint " + (dir / "missing.ckpt").string() + " --prompt x", &out), 0);
   EXPECT_NE(out.find("clocklm: error:"), std::string::npos) << out;
   // Damaged checkpoints are refused by every eval command with a one-line error.
   std::string blob = read_file(ckpt), bad = (dir / "bad.ckpt").string();
@@ -92,7 +80,7 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
            {flipped, "checksum mismatch"}, {blob.substr(0, blob.size() - 9), "truncated"}, {"xx", "truncated"}}) {
     atomic_write(bad, content);
     for (const std::string& cmd : {"eval bpb --data " + ds + " --checkpoint " + bad, "sample --prompt x --checkpoint " + bad}) {
-      EXPECT_NE(run(cmd, &out), 0) << cmd;
+      EXPECT_NE(run_clocklm(cmd, &out), 0) << cmd;
       EXPECT_NE(out.find("clocklm: error: checkpoint " + bad), std::string::npos) << cmd << "\n" << out;
       EXPECT_NE(out.find(want), std::string::npos) << cmd << "\n" << out;
     }

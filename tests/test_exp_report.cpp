@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "exp/plot.h"
 #include "exp/report.h"
 #include "exp/runs.h"
@@ -158,21 +159,11 @@ TEST(ExpPlot, SmoothingKeepsEndsAndAverages) {
   EXPECT_NEAR(e[2], 4, 1e-12);
 }
 
-static int run_cli(const std::string& args, std::string* out) {
-  std::string cmd = std::string(CLOCKLM_BINARY) + " " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 TEST(ExpReport, CliErrorsAreOneLine) {
   std::string out;
-  EXPECT_EQ(run_cli("report /nonexistent/run", &out), 1);
+  EXPECT_EQ(cli_test::run_clocklm("report /nonexistent/run", &out), 1);
   EXPECT_EQ(out, "clocklm: error: run directory /nonexistent/run does not exist\n");
   out.clear();
-  EXPECT_EQ(run_cli("leaderboard " + kSamples, &out), 0);
+  EXPECT_EQ(cli_test::run_clocklm("leaderboard " + kSamples, &out), 0);
   EXPECT_NE(out.find("d4-muon"), std::string::npos);
 }

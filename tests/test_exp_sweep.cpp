@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "exp/sweep.h"
 
 using namespace clm;
@@ -141,16 +142,6 @@ TEST(ExpSweep, RunsEveryVariantThenComparesAndRanks) {
   fs::remove_all(d);
 }
 
-static int run_cli(const std::string& args, std::string* out) {
-  std::string cmd = std::string(CLOCKLM_BINARY) + " " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 TEST(ExpSweep, CliDryRunAndSpecErrors) {
   fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_sweepcli_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -161,7 +152,7 @@ TEST(ExpSweep, CliDryRunAndSpecErrors) {
     "grid": {"optim.matrix.lr": [0.01, 0.02]}
   })");
   std::string out;
-  ASSERT_EQ(run_cli("sweep " + (d / "lr.json").string() + " --dry-run --out " + (d / "out").string(), &out), 0) << out;
+  ASSERT_EQ(cli_test::run_clocklm("sweep " + (d / "lr.json").string() + " --dry-run --out " + (d / "out").string(), &out), 0) << out;
   EXPECT_NE(out.find("train --config d4 --set optim.matrix.lr=0.01 --out " + (d / "out/lr0.01").string() +
                      " --data " + (d / "data").string() + " --budget 30s"),
             std::string::npos)
@@ -170,7 +161,7 @@ TEST(ExpSweep, CliDryRunAndSpecErrors) {
   EXPECT_FALSE(fs::exists(d / "out"));  // a dry run writes nothing
   atomic_write((d / "bad.json").string(), R"({"config": "d4", "data": "x", "budget": "1m", "grid": []})");
   out.clear();
-  EXPECT_EQ(run_cli("sweep " + (d / "bad.json").string(), &out), 1);
+  EXPECT_EQ(cli_test::run_clocklm("sweep " + (d / "bad.json").string(), &out), 1);
   EXPECT_NE(out.find("clocklm: error: " + (d / "bad.json").string() + ": sweep spec: \"grid\" must be an object"),
             std::string::npos)
       << out;

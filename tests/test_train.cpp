@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "data/dataset.h"
 #include "model/config.h"
 #include "model/gpt.h"
@@ -26,21 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CmdResult {
-  int status;
-  std::string out;  // stdout + stderr
-};
-
-CmdResult run_cmd(const std::string& cmd) {
-  std::array<char, 4096> buf;
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using cli_test::CmdResult;
+using cli_test::run_cmd;
 
 std::string last_line(const std::string& s) {
   std::string t = s;
