@@ -97,7 +97,7 @@ struct GPTImpl {
   Buf A;  // activation arena
   std::vector<LayerAct> la;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
-  float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *dqkv, *cos_t, *sin_t;
+  float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
   int64_t chunk_rows = 0;
 
   // state of the last forward
@@ -273,7 +273,6 @@ void GPTImpl::build() {
   carve(&dq, N * qw);
   carve(&dk, N * kvw);
   carve(&dv, N * kvw);
-  carve(&dqkv, N * qkvw);
   carve(&cos_t, int64_t(max_T) * hd / 2);
   carve(&sin_t, int64_t(max_T) * hd / 2);
   A.alloc(total);
@@ -479,6 +478,19 @@ void GPT::backward(float loss_scale) {
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
   float* G = m.G.p;
   float* P = m.P.p;
+  // Backward of y = x W^T (x: [N, in] in matmul precision, W at G/P offset w_off: [out, in]) from
+  // dy in m.dmm: dW += dy^T x, then m.dtmp = dy W. Each half is timed as its own op.
+  auto matmul_bwd = [&](const char* dw_name, const char* dx_name, const void* x_mm, int64_t w_off, int in,
+                        int out) {
+    {
+      PROF(dw_name, "bwd", 2.0 * N * in * out, mmb * N * (in + out) + 8.0 * in * out);
+      linear_bwd_weight(prec, m.dmm, x_mm, G + w_off, N, in, out);
+    }
+    {
+      PROF(dx_name, "bwd", 2.0 * N * in * out, mmb * (N * out + int64_t(in) * out) + 4.0 * N * in);
+      linear_bwd_input(prec, m.dmm, m.w(w_off), m.dtmp, N, in, out, false);
+    }
+  };
   {
     PROF("head.grad_accum", "bwd", 2.0 * m.Vp * d, 12.0 * m.Vp * d);
     float* gh = G + m.off_head;
@@ -501,27 +513,13 @@ void GPT::backward(float loss_scale) {
     const LayerOff& lo = m.loff[l];
     // ---- MLP branch: xout = mid + W_out act(W_in norm(mid)) ----
     m.to_mm(m.dres, m.dmm, N * d);
-    {
-      PROF("matmul.mlp_out.dw", "bwd", 2.0 * N * Hd * d, mmb * N * (d + Hd) + 8.0 * Hd * d);
-      linear_bwd_weight(prec, m.dmm, a.act_mm, G + lo.w_out, N, Hd, d);
-    }
-    {
-      PROF("matmul.mlp_out.dx", "bwd", 2.0 * N * Hd * d, mmb * (N * d + Hd * d) + 4.0 * N * Hd);
-      linear_bwd_input(prec, m.dmm, m.w(lo.w_out), m.dtmp, N, Hd, d, false);
-    }
+    matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", a.act_mm, lo.w_out, Hd, d);
     {
       PROF("activation", "bwd", 12.0 * N * Hd, (4.0 * hw * 2 + 4.0 * Hd) * N);
       if (prec == MatPrec::F32) m.act_bwd(a.h, m.dtmp, m.dmm, N);
       else m.act_bwd(a.h, m.dtmp, reinterpret_cast<bf16*>(m.dmm), N);
     }
-    {
-      PROF("matmul.mlp_in.dw", "bwd", 2.0 * N * hw * d, mmb * N * (d + hw) + 8.0 * hw * d);
-      linear_bwd_weight(prec, m.dmm, a.ln2_mm, G + lo.w_in, N, d, hw);
-    }
-    {
-      PROF("matmul.mlp_in.dx", "bwd", 2.0 * N * hw * d, mmb * (N * hw + hw * d) + 4.0 * N * d);
-      linear_bwd_input(prec, m.dmm, m.w(lo.w_in), m.dtmp, N, d, hw, false);
-    }
+    matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", a.ln2_mm, lo.w_in, d, hw);
     {
       PROF("rmsnorm.mlp", "bwd", 8.0 * N * d, 16.0 * N * d);
       rmsnorm_bwd(a.mid, lo.mlp_g >= 0 ? P + lo.mlp_g : nullptr, a.ln2_rstd, m.dtmp, m.dres,
@@ -529,14 +527,7 @@ void GPT::backward(float loss_scale) {
     }
     // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
     m.to_mm(m.dres, m.dmm, N * d);
-    {
-      PROF("matmul.wo.dw", "bwd", 2.0 * N * qw * d, mmb * N * (d + qw) + 8.0 * qw * d);
-      linear_bwd_weight(prec, m.dmm, a.att_mm, G + lo.wo, N, qw, d);
-    }
-    {
-      PROF("matmul.wo.dx", "bwd", 2.0 * N * qw * d, mmb * (N * d + qw * d) + 4.0 * N * qw);
-      linear_bwd_input(prec, m.dmm, m.w(lo.wo), m.dtmp, N, qw, d, false);
-    }
+    matmul_bwd("matmul.wo.dw", "matmul.wo.dx", a.att_mm, lo.wo, qw, d);
     {
       PROF("attention", "bwd", 5.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (4 * qw + 4 * kvw));
       split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
@@ -555,14 +546,7 @@ void GPT::backward(float loss_scale) {
         qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, qg, kg, dqg, dkg, B, T,
                       H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t, reinterpret_cast<bf16*>(m.dmm));
     }
-    {
-      PROF("matmul.qkv.dw", "bwd", 2.0 * N * qkvw * d, mmb * N * (d + qkvw) + 8.0 * qkvw * d);
-      linear_bwd_weight(prec, m.dmm, a.ln1_mm, G + lo.wqkv, N, d, qkvw);
-    }
-    {
-      PROF("matmul.qkv.dx", "bwd", 2.0 * N * qkvw * d, mmb * (N * qkvw + qkvw * d) + 4.0 * N * d);
-      linear_bwd_input(prec, m.dmm, m.w(lo.wqkv), m.dtmp, N, d, qkvw, false);
-    }
+    matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", a.ln1_mm, lo.wqkv, d, qkvw);
     {
       PROF("rmsnorm.attn", "bwd", 8.0 * N * d, 16.0 * N * d);
       rmsnorm_bwd(a.x, lo.attn_g >= 0 ? P + lo.attn_g : nullptr, a.ln1_rstd, m.dtmp, m.dres,

@@ -78,6 +78,20 @@ void rmsnorm_fwd(const float* x, const float* g, bf16* y, float* rstd, int64_t r
   rmsnorm_fwd_t(x, g, y, rstd, rows, C, eps);
 }
 
+// sum_i dy_i g_i x_i (g may be null: 1): the row term of the RMSNorm backward, shared with the fused
+// qk-norm backward.
+static inline float rms_bwd_dot(const float* dy, const float* g, const float* x, int64_t n) {
+  float dot = 0;
+  if (g) {
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < n; ++c) dot += dy[c] * g[c] * x[c];
+  } else {
+#pragma omp simd reduction(+ : dot)
+    for (int64_t c = 0; c < n; ++c) dot += dy[c] * x[c];
+  }
+  return dot;
+}
+
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                  float* dg, int64_t rows, int64_t C) {
   int nthreads = omp_get_max_threads();
@@ -93,15 +107,7 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
       float* dxr = dx + r * C;
       float s = rstd[r];
       // d/dx_j [x_j s g_j] summed against dy: s*g_j*dy_j - x_j s^3/C * sum_i dy_i g_i x_i
-      float dot = 0;
-      if (g) {
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += dyr[c] * g[c] * xr[c];
-      } else {
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += dyr[c] * xr[c];
-      }
-      float k = dot * s * s * s / float(C);
+      float k = rms_bwd_dot(dyr, g, xr, C) * s * s * s / float(C);
       if (g) {
         for (int64_t c = 0; c < C; ++c) dxr[c] += s * g[c] * dyr[c] - k * xr[c];
         if (pg)
@@ -292,15 +298,7 @@ void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const floa
         const float* x = (isq ? qraw : kraw) + hrow * hd;
         const float* g = isq ? qg : kg;
         float s = (isq ? q_rstd : k_rstd)[hrow];
-        float dot = 0;
-        if (g) {
-#pragma omp simd reduction(+ : dot)
-          for (int d = 0; d < hd; ++d) dot += gy[d] * g[d] * x[d];
-        } else {
-#pragma omp simd reduction(+ : dot)
-          for (int d = 0; d < hd; ++d) dot += gy[d] * x[d];
-        }
-        float kk = dot * s * s * s / float(hd);
+        float kk = rms_bwd_dot(gy.data(), g, x, hd) * s * s * s / float(hd);
         for (int d = 0; d < hd; ++d) put(dst + d, s * (g ? g[d] : 1.0f) * gy[d] - kk * x[d]);
         if (gains) {
           float* pg = isq ? pq : pk;
