@@ -192,10 +192,6 @@ KVDecoder::KVDecoder(GPT& model, int max_B, int max_T, bool one_shot) : impl(std
     if (it->second->numel() != numel) fail("KV decoder: parameter '{}' has {} values, expected {}", name, it->second->numel(), numel);
     return it->second->data;
   };
-  auto opt = [&](const std::string& name) -> const float* {
-    auto it = byname.find(name);
-    return it == byname.end() ? nullptr : it->second->data;
-  };
   // Weights concatenated the way GPT's fused matmuls read them (wq|wk|wv, w_in|w_gate).
   auto make = [&](std::vector<std::pair<const float*, int64_t>> parts) {
     W w;
@@ -243,7 +239,6 @@ KVDecoder::KVDecoder(GPT& model, int max_B, int max_T, bool one_shot) : impl(std
   m.wte.assign(wte, wte + (int64_t)m.Vp * d);
   const float* head = c.tie_embeddings ? wte : get("lm_head", (int64_t)m.Vp * d);
   m.head = make({{head, (int64_t)m.Vp * d}});
-  (void)opt;
   m.cos_t.resize((size_t)max_T * m.hd / 2);
   m.sin_t.resize((size_t)max_T * m.hd / 2);
   rope_tables(m.cos_t.data(), m.sin_t.data(), max_T, m.hd, c.rope_base);

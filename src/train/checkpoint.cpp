@@ -93,12 +93,11 @@ nlohmann::json parse_meta(const std::string& path, const char* text, size_t n) {
   }
 }
 
-Parsed parse(const std::string& path, const std::string& blob, bool verify_checksum) {
+// The whole file: header, checksum, metadata.
+Parsed parse(const std::string& path, const std::string& blob) {
   Parsed p = parse_header(path, blob.data(), blob.size());
-  if (verify_checksum) {
-    uint64_t want = get<uint64_t>(blob, blob.size() - 8);
-    if (checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
-  }
+  uint64_t want = get<uint64_t>(blob, blob.size() - 8);
+  if (checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
   p.meta = parse_meta(path, blob.data() + kHeader, p.weights_off - kHeader);
   return p;
 }
@@ -112,8 +111,8 @@ void check_weights(const std::string& path, const Parsed& p, GPT& model) {
   if (weight_bytes != p.weight_bytes) fail("checkpoint {} has {} weight bytes, the model {}", path, p.weight_bytes, weight_bytes);
 }
 
-void restore_weights(const std::string& path, const Parsed& p, const std::string& blob, GPT& model) {
-  check_weights(path, p, model);
+// Copies the weights; check_weights() has passed.
+void copy_weights(const Parsed& p, const std::string& blob, GPT& model) {
   size_t off = p.weights_off;
   for (Param& q : model.params()) {
     size_t n = size_t(numel_of(q)) * 4;
@@ -156,7 +155,7 @@ void save_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, 
 
 nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, Optimizer& opt) {
   std::string blob = read_file(path);
-  Parsed p = parse(path, blob, true);
+  Parsed p = parse(path, blob);
   if (p.config_hash != config_hash(cfg))
     fail("checkpoint {} was written by a different config (hash {}, this run's config hashes to {}); "
          "model, optimizer, batch and seed must match to resume",
@@ -169,14 +168,15 @@ nlohmann::json load_checkpoint(const std::string& path, const RunConfig& cfg, GP
   } catch (const Error& e) {
     fail("checkpoint {}: {}", path, e.what());
   }
-  restore_weights(path, p, blob, model);
+  copy_weights(p, blob, model);
   return p.meta;
 }
 
 nlohmann::json load_checkpoint_weights(const std::string& path, GPT& model) {
   std::string blob = read_file(path);
-  Parsed p = parse(path, blob, true);
-  restore_weights(path, p, blob, model);
+  Parsed p = parse(path, blob);
+  check_weights(path, p, model);
+  copy_weights(p, blob, model);
   return p.meta;
 }
 
