@@ -8,7 +8,7 @@
 
 #include "core/common.h"
 #include "test_cli_util.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/gpt.h"
 
 using namespace clm;

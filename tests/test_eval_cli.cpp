@@ -14,7 +14,7 @@
 #include "data/dataset.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 using namespace clm;
 namespace fs = std::filesystem;

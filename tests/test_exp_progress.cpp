@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "exp/progress.h"
+#include "core/progress.h"
 
 using namespace clm;
 

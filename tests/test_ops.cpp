@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/common.h"
-#include "model/matmul.h"
-#include "model/ops.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 
 using namespace clm;
 using VecD = std::vector<double>;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/common.h"
-#include "optim/kernels.h"
-#include "optim/newton_schulz.h"
+#include "backend/cpu/optim_kernels.h"
+#include "backend/cpu/newton_schulz.h"
 #include "optim/optim.h"
 
 using namespace clm;

@@ -7,7 +7,7 @@
 #include "eval/kv_decode.h"
 #include "eval/sample.h"
 #include "model/gpt.h"
-#include "model/matmul.h"
+#include "backend/cpu/matmul.h"
 
 using namespace clm;
 

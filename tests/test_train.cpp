@@ -15,7 +15,7 @@
 #include "core/common.h"
 #include "test_cli_util.h"
 #include "data/dataset.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "tok/train.h"

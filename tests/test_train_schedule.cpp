@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/common.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "train/budget.h"
 #include "train/schedule.h"
 

@@ -14,12 +14,12 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/gpt.h"
-#include "model/matmul.h"
-#include "model/ops.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 #include "optim/optim.h"
-#include "exp/profiler.h"
+#include "core/profiler.h"
 #include <map>
 
 namespace clm {

@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "train/trainer.h"
 
 namespace clm {

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
-#include "cuda/device.h"
+#include "backend/cuda/device.h"
 
 namespace clm {
 

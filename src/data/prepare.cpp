@@ -21,7 +21,7 @@
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/preset.h"
-#include "exp/progress.h"
+#include "core/progress.h"
 #include "tok/tokenizer.h"
 #include "tok/train.h"
 

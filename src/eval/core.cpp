@@ -7,7 +7,7 @@
 
 #include "core/common.h"
 #include "eval/core.h"
-#include "exp/progress.h"
+#include "core/progress.h"
 
 namespace clm {
 

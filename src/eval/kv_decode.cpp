@@ -11,7 +11,7 @@
 
 #include "core/common.h"
 #include "model/gpt.h"
-#include "model/ops.h"
+#include "backend/cpu/ops.h"
 
 namespace clm {
 

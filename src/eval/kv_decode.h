@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include <algorithm>
 #include "model/config.h"
 
 namespace clm {

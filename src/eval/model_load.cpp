@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "core/common.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace clm {
 

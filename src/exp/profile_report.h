@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exp/profiler.h"
+#include "core/profiler.h"
 #include "exp/roofline.h"
 
 namespace clm {

@@ -10,7 +10,7 @@
 
 #include "core/common.h"
 #include "exp/profile_report.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "exp/profiler.h"
+#include "core/profiler.h"
 
 namespace clm {
 

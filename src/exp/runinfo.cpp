@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "core/common.h"
-#include "cuda/device.h"
+#include "backend/cuda/device.h"
 
 namespace clm {
 

@@ -18,8 +18,8 @@
 #include <cstring>
 
 #include "core/common.h"
-#include "exp/profiler.h"
-#include "model/ops.h"
+#include "core/profiler.h"
+#include "backend/cpu/ops.h"
 
 namespace clm {
 

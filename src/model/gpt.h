@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/matmul.h"
+#include "backend/cpu/matmul.h"
 
 namespace clm {
 
-struct Profiler;  // exp/profiler.h; nullptr = profiling off
+struct Profiler;  // core/profiler.h; nullptr = profiling off
 
 enum class ParamKind { Matrix, Embedding, Head, Scalar };  // routes each tensor to an optimizer group
 

@@ -12,9 +12,9 @@
 #include <ostream>
 
 #include "core/common.h"
-#include "exp/profiler.h"
-#include "optim/kernels.h"
-#include "optim/newton_schulz.h"
+#include "core/profiler.h"
+#include "backend/cpu/optim_kernels.h"
+#include "backend/cpu/newton_schulz.h"
 
 namespace clm {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "optim/optim_config.h"
 #include "model/gpt.h"
 
 namespace clm {

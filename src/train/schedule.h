@@ -2,7 +2,7 @@
 // budget used (or of step/max_steps in deterministic mode), so a run always finishes its warmdown
 // exactly when its budget ends, whatever the machine's speed.
 #pragma once
-#include "model/config.h"
+#include "config/config.h"
 
 namespace clm {
 

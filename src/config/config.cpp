@@ -1,7 +1,7 @@
 // Run configuration: presets, strict JSON (de)serialisation, `--set key=value` overrides and
 // validation. Every key is reached through one table of fields (fields_of), so parsing, printing,
 // overrides and the unknown-key check can never disagree. Keys are documented in docs/CONFIG.md.
-#include "model/config.h"
+#include "config/config.h"
 
 #include <cerrno>
 #include <cmath>
@@ -444,31 +444,6 @@ uint64_t config_hash(const RunConfig& cfg) {
     j["train"].erase(k);
   std::string s = j.dump();  // nlohmann::json objects are sorted by key: a canonical text
   return fnv1a64(s.data(), s.size());
-}
-
-ParamCount count_params(const ModelConfig& m) {
-  ParamCount p;
-  int64_t V = m.padded_vocab(), D = m.d_model, H = m.n_head, KV = m.n_kv_head, hd = m.head_dim;
-  // Hidden width rule of ModelConfig::mlp_hidden() (model/config_shape.cpp): mlp_ratio*d_model rounded
-  // up to a multiple of 64; SwiGLU takes 2/3 of that, rounded up to 64 again.
-  auto up64 = [](double h) { return std::max<int64_t>(64, int64_t(std::ceil(h / 64.0 - 1e-9)) * 64); };
-  int64_t hidden = up64(double(m.mlp_ratio) * D);
-  if (m.activation == "swiglu") hidden = up64(double(hidden) * 2.0 / 3.0);
-  p.embed = V * D;
-  p.head = m.tie_embeddings ? 0 : V * D;
-  int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo
-  int64_t mlp = (m.activation == "swiglu" ? 3 : 2) * D * hidden;
-  p.matrix = int64_t(m.n_layer) * (attn + mlp);
-  // Learned gains: two norms per block (+ q/k norms with qk_norm) and the final norm.
-  if (m.norm_gain) p.scalar = int64_t(m.n_layer) * (2 * D + (m.qk_norm ? 2 * hd : 0)) + D;
-  return p;
-}
-
-double flops_per_token(const ModelConfig& m, int T) {
-  ParamCount p = count_params(m);
-  double mm = double(p.matrix) + double(m.padded_vocab()) * m.d_model;  // the head (tied or not) is a matmul
-  double att = double(m.n_layer) * 2.0 * m.n_head * m.head_dim * (double(T) + 1.0);
-  return 3.0 * (2.0 * mm + att);
 }
 
 }  // namespace clm

@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/matmul.h"
+#include "backend/cpu/matmul.h"
 
 namespace clm {
 

@@ -5,7 +5,7 @@
 // so working on the short side keeps the a^3 term small. In bf16 mode the matmul inputs are bf16
 // copies of the fp32 state (fp32 accumulation; the iteration's state stays fp32), which is what
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
-#include "optim/newton_schulz.h"
+#include "backend/cpu/newton_schulz.h"
 
 #include <cmath>
 #include <cstring>
@@ -19,7 +19,7 @@
 #endif
 
 #include "core/common.h"
-#include "optim/kernels.h"
+#include "backend/cpu/optim_kernels.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // Progress display (see progress.h): redraws one line on a terminal, prints periodic lines otherwise.
 // A log file or CI console must never get carriage returns or escape codes: those only go to a tty.
-#include "exp/progress.h"
+#include "core/progress.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // oneDNN-backed gemm with a per-shape primitive cache, and the bf16 conversions.
 // Why a cache: creating a oneDNN matmul primitive costs ~0.1-1 ms (JIT code generation); a training
 // step calls a few dozen distinct shapes thousands of times, so each shape is created once.
-#include "model/matmul.h"
+#include "backend/cpu/matmul.h"
 
 #include <cmath>
 #include <cstring>

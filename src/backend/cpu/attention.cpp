@@ -18,8 +18,8 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include "model/ops.h"
-#include "model/vmath.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vmath.h"
 
 namespace clm {
 

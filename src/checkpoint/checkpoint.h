@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // Element-wise optimizer kernels (see kernels.h). Each is one pass over memory: on this machine
 // (~33 GB/s) the optimizer's element-wise work is bandwidth-bound, so the loops are fused and simd.
-#include "optim/kernels.h"
+#include "backend/cpu/optim_kernels.h"
 
 #include <cmath>
 #include <vector>

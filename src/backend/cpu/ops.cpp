@@ -9,8 +9,8 @@
 
 #include <omp.h>
 
-#include "model/ops.h"
-#include "model/vmath.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vmath.h"
 
 namespace clm {
 

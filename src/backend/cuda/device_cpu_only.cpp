@@ -1,6 +1,6 @@
 // Device discovery when clocklm is built without the CUDA backend: no devices, and why.
 #ifndef CLOCKLM_HAVE_CUDA
-#include "cuda/device.h"
+#include "backend/cuda/device.h"
 
 namespace clm {
 bool cuda_compiled() { return false; }

@@ -3,7 +3,7 @@
 //   16 u64 config_hash              24 u64 meta_bytes    32 u64 weight_bytes   40 u64 optim_bytes
 //   48 meta (JSON, UTF-8) | weights (fp32, every parameter in model order) | optimizer state
 //   last 8 bytes: u64 FNV-1a 64 of everything before it.
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <cstring>
 #include <filesystem>

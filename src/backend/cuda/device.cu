@@ -1,7 +1,7 @@
 // CUDA device discovery for the device context (compiled only with the CUDA backend).
 #include <cuda_runtime.h>
 
-#include "cuda/device.h"
+#include "backend/cuda/device.h"
 
 namespace clm {
 

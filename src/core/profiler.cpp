@@ -1,5 +1,5 @@
 // Event recording for ProfScope; analysis and output live in exp/profile_report.cpp.
-#include "exp/profiler.h"
+#include "core/profiler.h"
 
 #include "core/common.h"
 

@@ -1,0 +1,28 @@
+// Optimizer hyper-parameters: one OptimGroup per parameter group (matrix, embed, head, scalar).
+// Loaded and validated with the rest of the run configuration (config/config.h).
+#pragma once
+#include <string>
+
+namespace clm {
+
+struct OptimGroup {            // hyper-parameters of one parameter group
+  std::string kind = "adamw";  // adamw | muon
+  float lr = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float momentum = 0.95f;      // muon
+  bool nesterov = true;        // muon
+  int ns_steps = 5;            // muon Newton-Schulz iterations
+  float weight_decay = 0.0f;
+  bool ns_bf16 = true;         // muon: Newton-Schulz matmuls in bf16 (fp32 accumulate); false = fp32
+};
+
+// Defaults are those of baseline-50m (d_model 512); presets rescale the AdamW learning rates.
+struct OptimConfig {
+  OptimGroup matrix{.kind = "muon", .lr = 0.02f};                      // 2-D hidden matrices
+  OptimGroup embed{.kind = "adamw", .lr = 0.245f, .beta1 = 0.8f, .eps = 1e-10f};     // token embedding
+  OptimGroup head{.kind = "adamw", .lr = 0.0049f, .beta1 = 0.8f, .eps = 1e-10f};    // output head
+  OptimGroup scalar{.kind = "adamw", .lr = 0.02f, .beta1 = 0.8f, .eps = 1e-10f};   // gains, scalars
+  float grad_clip = 1.0f;  // 0 = off
+};
+
+}  // namespace clm
