@@ -116,7 +116,9 @@ class GPT(torch.nn.Module):
         super().__init__()
         self.m = m
         d, H, Hkv, hd, L = m["d_model"], m["n_head"], m["n_kv_head"], m["head_dim"], m["n_layer"]
-        assert H % Hkv == 0 and hd % 2 == 0
+        if Hkv <= 0 or H % Hkv != 0 or hd % 2 != 0 or m["activation"] not in ("relu2", "gelu", "swiglu"):
+            sys.exit(f"torch_peer: invalid shape: n_head {H}, n_kv_head {Hkv}, head_dim {hd}, "
+                     f"activation {m['activation']}")
         self.V = m["vocab_size"]
         self.Vp = (self.V + 63) // 64 * 64
         Hd = up64(m["mlp_ratio"] * d)

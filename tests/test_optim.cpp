@@ -121,7 +121,7 @@ Param make_param(const std::string& name, std::vector<int64_t> shape, ParamKind 
   for (auto d : shape) n *= d;
   data.assign(size_t(n), 0.0f);
   grad.assign(size_t(n), 0.0f);
-  return Param{name, shape, kind, data.data(), grad.data()};
+  return Param{name, shape, kind, data.data(), grad.data(), &cpu_backend()};  // host memory is CPU device memory
 }
 
 }  // namespace
@@ -225,7 +225,7 @@ TEST(Optim, MuonUpdateIsScaledOrthogonalisedMomentum) {
   std::vector<Param> params{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, d, g)};
   OptimConfig cfg;
   cfg.matrix = OptimGroup{.kind = "muon", .lr = 0.1f};
-  cfg.matrix.ns_bf16 = false;
+  cfg.matrix.ns_precision = "fp32";
   cfg.grad_clip = 0;
   Optimizer opt(params, cfg);
   set_to(g, random_matrix(rows, cols, 5));

@@ -116,7 +116,7 @@ void copy_weights(const Parsed& p, const std::string& blob, GPT& model) {
   size_t off = p.weights_off;
   for (Param& q : model.params()) {
     size_t n = size_t(numel_of(q)) * 4;
-    std::memcpy(q.data, blob.data() + off, n);
+    q.from_host(reinterpret_cast<const float*>(blob.data() + off));  // copied bytewise: any offset
     off += n;
   }
 }
@@ -147,7 +147,12 @@ void save_checkpoint(const std::string& path, const RunConfig& cfg, GPT& model, 
   put<uint64_t>(blob, weight_bytes);
   put<uint64_t>(blob, optim.size());
   blob += meta_text;
-  for (const Param& p : model.params()) blob.append(reinterpret_cast<const char*>(p.data), size_t(numel_of(p)) * 4);
+  std::vector<float> host;
+  for (const Param& p : model.params()) {
+    host.resize(size_t(numel_of(p)));
+    p.to_host(host.data());
+    blob.append(reinterpret_cast<const char*>(host.data()), host.size() * 4);
+  }
   blob += optim;
   put<uint64_t>(blob, checksum(blob.data(), blob.size()));
   atomic_write(path, blob);

@@ -32,7 +32,7 @@ void add_group(std::vector<Field>& f, const std::string& prefix, OptimGroup& g) 
   f.push_back({prefix + ".momentum", &g.momentum});
   f.push_back({prefix + ".nesterov", &g.nesterov});
   f.push_back({prefix + ".ns_steps", &g.ns_steps});
-  f.push_back({prefix + ".ns_bf16", &g.ns_bf16});
+  f.push_back({prefix + ".ns_precision", &g.ns_precision});
   f.push_back({prefix + ".weight_decay", &g.weight_decay});
 }
 
@@ -57,6 +57,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"model.seq_len", &m.seq_len});
   f.push_back({"model.init_std", &m.init_std});
   f.push_back({"model.zero_init_out", &m.zero_init_out});
+  f.push_back({"model.matmul_precision", &m.matmul_precision});
   OptimConfig& o = c.optim;
   add_group(f, "optim.matrix", o.matrix);
   add_group(f, "optim.embed", o.embed);
@@ -277,6 +278,10 @@ void apply_json(RunConfig& c, const nlohmann::json& j, const std::string& where)
   auto fields = fields_of(c);
   for (auto& [key, value] : flat) {
     if (key == "base") continue;
+    if (key.ends_with(".ns_bf16") && value.is_boolean()) {  // the boolean that ns_precision replaced
+      key = key.substr(0, key.size() - 7) + "ns_precision";
+      value = value.get<bool>() ? "bf16" : "fp32";
+    }
     const Field* f = nullptr;
     for (auto& fd : fields)
       if (fd.key == key) { f = &fd; break; }
@@ -382,8 +387,13 @@ void validate(const RunConfig& c) {
   if (m.vocab_size < 0) fail("model.vocab_size must be >= 0 (0 = from the tokenizer), got {}", m.vocab_size);
   if (m.seq_len <= 0) fail("model.seq_len must be >= 1, got {}", m.seq_len);
   if (!(m.init_std >= 0)) fail("model.init_std must be >= 0, got {}", m.init_std);
+  auto check_prec = [](const std::string& key, const std::string& v) {
+    if (v != "auto" && v != "bf16" && v != "fp32") fail("{} '{}' is unknown (auto, bf16, fp32)", key, v);
+  };
+  check_prec("model.matmul_precision", m.matmul_precision);
 
-  auto check_group = [](const char* name, const OptimGroup& g) {
+  auto check_group = [&](const char* name, const OptimGroup& g) {
+    check_prec(fmt::format("optim.{}.ns_precision", name), g.ns_precision);
     if (g.kind != "adamw" && g.kind != "muon") fail("optim.{}.kind '{}' is unknown (adamw, muon)", name, g.kind);
     if (!(g.lr >= 0) || !std::isfinite(g.lr)) fail("optim.{}.lr must be >= 0, got {}", name, g.lr);
     if (!(g.beta1 >= 0 && g.beta1 < 1)) fail("optim.{}.beta1 must be in [0, 1), got {}", name, g.beta1);

@@ -17,6 +17,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A loss or gradient that is NaN or infinite: the training loop names the step and the last good
+// checkpoint when it sees one.
+struct NonFiniteError : Error {
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

@@ -186,11 +186,17 @@ KVDecoder::KVDecoder(GPT& model, int max_B, int max_T, bool one_shot) : impl(std
 
   std::map<std::string, const Param*> byname;
   for (const Param& p : model.params()) byname[p.name] = &p;
+  std::map<std::string, std::vector<float>> host;
   auto get = [&](const std::string& name, int64_t numel) -> const float* {
     auto it = byname.find(name);
     if (it == byname.end()) fail("KV decoder: the model has no parameter '{}'", name);
     if (it->second->numel() != numel) fail("KV decoder: parameter '{}' has {} values, expected {}", name, it->second->numel(), numel);
-    return it->second->data;
+    std::vector<float>& h = host[name];  // the decoder computes on the host: copy from the device
+    if (h.empty()) {
+      h.resize(size_t(numel));
+      it->second->to_host(h.data());
+    }
+    return h.data();
   };
   // Weights concatenated the way GPT's fused matmuls read them (wq|wk|wv, w_in|w_gate).
   auto make = [&](std::vector<std::pair<const float*, int64_t>> parts) {

@@ -25,6 +25,9 @@ struct ModelConfig {
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled
   bool zero_init_out = true;  // zero-init attention/MLP output projections and the LM head
+  // Matmul inputs: auto (bf16 where the device multiplies bf16 natively, else fp32) | bf16 | fp32.
+  // Accumulation is fp32 either way; the resolved value is recorded in run.json and summary.json.
+  std::string matmul_precision = "auto";
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   int mlp_hidden() const;
 };

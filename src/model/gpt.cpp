@@ -1,6 +1,7 @@
-// The GPT on the CPU: builds the parameter list from a ModelConfig, carves parameters, gradients
-// and activations out of a few large allocations, and chains the ops of model/ops.h into forward
-// and backward. The math is written down in docs/MODEL.md.
+// The GPT, written once against the device interface (backend/backend.h): builds the parameter
+// list from a ModelConfig, carves parameters, gradients and activations out of a few large device
+// allocations, and chains the backend's ops into forward and backward. The math is written down in
+// docs/MODEL.md. Host memory is touched only to move tokens in and losses out.
 //
 // Memory: params (fp32 master), grads (fp32) and a bf16 mirror of the params share one layout of
 // offsets. Activations for max_B x max_T tokens live in one arena: per layer everything backward
@@ -18,8 +19,8 @@
 #include <cstring>
 
 #include "core/common.h"
+#include "backend/backend.h"
 #include "core/profiler.h"
-#include "backend/cpu/ops.h"
 
 namespace clm {
 
@@ -29,26 +30,11 @@ int64_t Param::numel() const {
   return n;
 }
 
-namespace {
+void Param::to_host(float* dst) const { backend->to_host(dst, data, sizeof(float) * numel()); }
+void Param::from_host(const float* src) { backend->to_device(data, src, sizeof(float) * numel()); }
+void Param::grad_to_host(float* dst) const { backend->to_host(dst, grad, sizeof(float) * numel()); }
 
-// 64-byte aligned float buffer (AVX-512 loads, oneDNN likes aligned pointers).
-struct Buf {
-  float* p = nullptr;
-  int64_t n = 0;
-  void alloc(int64_t count) {
-    free();
-    n = count;
-    size_t bytes = (size_t(std::max<int64_t>(count, 16)) * 4 + 63) / 64 * 64;
-    p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) fail("out of memory allocating {} MiB", bytes >> 20);
-    std::memset(p, 0, bytes);
-  }
-  void free() {
-    std::free(p);
-    p = nullptr;
-  }
-  ~Buf() { free(); }
-};
+namespace {
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved view 64B aligned
 
@@ -80,7 +66,9 @@ struct LayerAct {  // activation pointers of one block
 }  // namespace
 
 struct GPTImpl {
+  Backend* be = nullptr;
   ModelConfig cfg;
+  Activation act = Activation::ReLU2;
   int max_B, max_T;
   int d, H, Hkv, hd, Hd, V, Vp, L, qw, kvw, qkvw, hw;  // hw: width of the MLP up projection
   MatPrec prec = MatPrec::BF16;
@@ -90,11 +78,14 @@ struct GPTImpl {
 
   std::vector<Param> params;
   int64_t nparams = 0;
-  Buf P, G, Wb;  // params, grads, bf16 mirror (Wb holds uint16 in the first half)
+  DeviceBuffer P, G, Wb;  // params, grads (fp32) and the bf16 mirror of the params
   std::vector<LayerOff> loff;
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
 
-  Buf A;  // activation arena
+  DeviceBuffer A;  // activation arena
+  DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
+  int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr;
+  float* loss_d = nullptr;
   std::vector<LayerAct> la;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
@@ -103,47 +94,29 @@ struct GPTImpl {
   // state of the last forward
   int B = 0, T = 0;
   bool have_fwd = false, fwd_had_grad = false;
-  const int32_t* last_inputs_ptr = nullptr;
-  std::vector<int32_t> inputs;
 
   const void* w(int64_t off) const {  // weight in matmul precision
-    if (prec == MatPrec::F32) return P.p + off;
-    return reinterpret_cast<const bf16*>(Wb.p) + off;
+    if (prec == MatPrec::F32) return P.as<float>() + off;
+    return Wb.as<bf16>() + off;
   }
+  DType mmt() const { return matmul_dtype(prec); }
   // Convert an fp32 buffer into a matmul-input buffer (bf16 mode) or copy (fp32 mode).
-  void to_mm(const float* src, float* dst, int64_t n) {
-    if (prec == MatPrec::F32) {
-      if (src != dst) std::memcpy(dst, src, sizeof(float) * n);
-    } else {
-      f32_to_bf16(src, reinterpret_cast<bf16*>(dst), n);
-    }
-  }
+  void to_mm(const float* src, float* dst, int64_t n) { be->convert(src, dst, n, mmt()); }
   void refresh_bf16() {
     if (prec == MatPrec::BF16 && bf16_dirty) {
       ProfScope ps(prof, "weights.to_bf16", "fwd", 0, 6.0 * nparams);
-      f32_to_bf16(P.p, reinterpret_cast<bf16*>(Wb.p), nparams);
+      be->f32_to_bf16(P.as<float>(), Wb.as<bf16>(), nparams);
     }
     bf16_dirty = false;
   }
 
   // RMSNorm of rows of width d straight into a matmul-input buffer.
   void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
-    const float* g = goff >= 0 ? P.p + goff : nullptr;
-    if (prec == MatPrec::F32) rmsnorm_fwd(x, g, dst, rstd, N, d, cfg.norm_eps);
-    else rmsnorm_fwd(x, g, reinterpret_cast<bf16*>(dst), rstd, N, d, cfg.norm_eps);
+    const float* g = goff >= 0 ? P.as<float>() + goff : nullptr;
+    be->rmsnorm_fwd(x, g, dst, mmt(), rstd, N, d, cfg.norm_eps);
   }
-  template <typename OutT>
-  void act_fwd(const float* h, OutT* y, int64_t N) {
-    if (cfg.activation == "relu2") relu2_fwd(h, y, N * Hd);
-    else if (cfg.activation == "gelu") gelu_fwd(h, y, N * Hd);
-    else swiglu_fwd(h, y, N, Hd);
-  }
-  template <typename OutT>
-  void act_bwd(const float* h, const float* dy, OutT* dh, int64_t N) {
-    if (cfg.activation == "relu2") relu2_bwd(h, dy, dh, N * Hd);
-    else if (cfg.activation == "gelu") gelu_bwd(h, dy, dh, N * Hd);
-    else swiglu_bwd(h, dy, dh, N, Hd);
-  }
+  const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
+  float* gp(int64_t off) const { return off >= 0 ? G.as<float>() + off : nullptr; }
 
   void build();
   void body_fwd(const int32_t* in, int B, int T);
@@ -156,8 +129,8 @@ void GPTImpl::build() {
   if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
     fail("model config: n_head ({}) must be a multiple of n_kv_head ({})", c.n_head, c.n_kv_head);
   if (c.head_dim % 2 != 0) fail("model config: head_dim ({}) must be even for RoPE", c.head_dim);
-  if (c.activation != "relu2" && c.activation != "gelu" && c.activation != "swiglu")
-    fail("model config: unknown activation '{}' (relu2 | gelu | swiglu)", c.activation);
+  act = activation_from_name(c.activation);
+  prec = resolve_precision(c.matmul_precision, *be);
   if (max_B <= 0 || max_T <= 0) fail("GPT: max batch and sequence length must be positive");
   d = c.d_model; H = c.n_head; Hkv = c.n_kv_head; hd = c.head_dim; L = c.n_layer;
   V = c.vocab_size; Vp = c.padded_vocab(); Hd = c.mlp_hidden();
@@ -214,12 +187,13 @@ void GPTImpl::build() {
   if (c.norm_gain) off_fg = add("final_norm.gain", {d}, ParamKind::Scalar);
   off_head = c.tie_embeddings ? off_wte : add("lm_head", {Vp, d}, ParamKind::Head);
   nparams = off;
-  P.alloc(nparams);
-  G.alloc(nparams);
-  Wb.alloc((nparams + 1) / 2);
+  P = DeviceBuffer(*be, size_t(nparams) * 4);
+  G = DeviceBuffer(*be, size_t(nparams) * 4);
+  Wb = DeviceBuffer(*be, size_t(nparams) * 2);
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i].data = P.p + poff[i];
-    params[i].grad = G.p + poff[i];
+    params[i].data = P.as<float>() + poff[i];
+    params[i].grad = G.as<float>() + poff[i];
+    params[i].backend = be;
   }
 
   // ---- activations ----
@@ -275,13 +249,18 @@ void GPTImpl::build() {
   carve(&dv, N * kvw);
   carve(&cos_t, int64_t(max_T) * hd / 2);
   carve(&sin_t, int64_t(max_T) * hd / 2);
-  A.alloc(total);
+  A = DeviceBuffer(*be, size_t(total) * 4);
   int64_t o = 0;
   for (auto& [dst, n] : plan) {
-    *dst = A.p + o;
+    *dst = A.as<float>() + o;
     o += n;
   }
-  rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
+  be->rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
+  io = DeviceBuffer(*be, size_t(round16(N)) * 16);
+  tok_d = io.as<int32_t>();
+  tgt_d = tok_d + round16(N);
+  argmax_d = tgt_d + round16(N);
+  loss_d = reinterpret_cast<float*>(argmax_d + round16(N));
 }
 
 #define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
@@ -294,13 +273,13 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
   const int64_t N = int64_t(B) * T;
   for (int64_t i = 0; i < N; ++i)
     if (in[i] < 0 || in[i] >= V) fail("GPT forward: token id {} out of range [0, {})", in[i], V);
-  inputs.assign(in, in + N);
+  be->to_device(tok_d, in, sizeof(int32_t) * N);
   refresh_bf16();
   const float eps = cfg.norm_eps;
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
   {
     PROF("embedding", "fwd", 0, 8.0 * N * d);
-    embedding_fwd(in, P.p + off_wte, la[0].x, N, d);
+    be->embedding_fwd(tok_d, P.as<float>() + off_wte, la[0].x, N, d);
   }
   for (int l = 0; l < L; ++l) {
     LayerAct& a = la[l];
@@ -312,30 +291,28 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("matmul.qkv", "fwd", 2.0 * N * d * qkvw, mmb * (N * d + int64_t(qkvw) * d) + 4.0 * N * qkvw);
-      linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv, N, d, qkvw);
+      be->linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv, N, d, qkvw);
     }
     {
       PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
-      qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, lo.qn_g >= 0 ? P.p + lo.qn_g : nullptr,
-                    lo.kn_g >= 0 ? P.p + lo.kn_g : nullptr, eps, cos_t, sin_t, a.qraw, a.kraw,
-                    a.q_rstd, a.k_rstd, a.q, a.k, a.v);
+      be->qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps, cos_t,
+                        sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
     }
     {
       PROF("attention", "fwd", 2.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (2 * qw + 2 * kvw));
-      attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd);
+      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd);
     }
     {
       PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
-      if (prec == MatPrec::F32) merge_heads(a.o, a.att_mm, qw, B, T, H, hd);
-      else merge_heads(a.o, reinterpret_cast<bf16*>(a.att_mm), qw, B, T, H, hd);
+      be->merge_heads(a.o, a.att_mm, mmt(), qw, B, T, H, hd);
     }
     {
       PROF("matmul.wo", "fwd", 2.0 * N * qw * d, mmb * (N * qw + int64_t(qw) * d) + 4.0 * N * d);
-      linear_fwd(prec, a.att_mm, w(lo.wo), tmp_d, N, qw, d);
+      be->linear_fwd(prec, a.att_mm, w(lo.wo), tmp_d, N, qw, d);
     }
     {
       PROF("residual", "fwd", N * d, 12.0 * N * d);
-      residual_fwd(a.x, tmp_d, a.mid, N * d);
+      be->residual_fwd(a.x, tmp_d, a.mid, N * d);
     }
     {
       PROF("rmsnorm.mlp", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
@@ -343,20 +320,19 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     }
     {
       PROF("matmul.mlp_in", "fwd", 2.0 * N * d * hw, mmb * (N * d + int64_t(hw) * d) + 4.0 * N * hw);
-      linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
+      be->linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
     }
     {
       PROF("activation", "fwd", 8.0 * N * Hd, (4.0 * hw + mmb * Hd + 4.0 * Hd) * N);
-      if (prec == MatPrec::F32) act_fwd(a.h, a.act_mm, N);
-      else act_fwd(a.h, reinterpret_cast<bf16*>(a.act_mm), N);
+      be->activation_fwd(act, a.h, a.act_mm, mmt(), N, Hd);
     }
     {
       PROF("matmul.mlp_out", "fwd", 2.0 * N * Hd * d, mmb * (N * Hd + int64_t(Hd) * d) + 4.0 * N * d);
-      linear_fwd(prec, a.act_mm, w(lo.w_out), tmp_d, N, Hd, d);
+      be->linear_fwd(prec, a.act_mm, w(lo.w_out), tmp_d, N, Hd, d);
     }
     {
       PROF("residual", "fwd", N * d, 12.0 * N * d);
-      residual_fwd(a.mid, tmp_d, xout, N * d);
+      be->residual_fwd(a.mid, tmp_d, xout, N * d);
     }
   }
   {
@@ -366,7 +342,8 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-GPT::GPT(const ModelConfig& cfg, int max_B, int max_T) : impl(new GPTImpl) {
+GPT::GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be) : impl(new GPTImpl) {
+  impl->be = &be;
   impl->cfg = cfg;
   impl->max_B = max_B;
   impl->max_T = max_T;
@@ -394,20 +371,23 @@ void GPT::init_weights(uint64_t seed) {
   Rng rng(seed);
   const float std0 = m.cfg.init_std;
   const float out_std = std0 / std::sqrt(2.0f * m.L);
+  std::vector<float> host;
   for (auto& p : m.params) {
     int64_t n = p.numel();
+    host.assign(size_t(n), 0.0f);
     bool is_out = p.name.ends_with(".wo") || p.name.ends_with(".w_out");
     if (p.kind == ParamKind::Scalar) {
-      std::fill(p.data, p.data + n, 1.0f);
+      std::fill(host.begin(), host.end(), 1.0f);
     } else if (p.kind == ParamKind::Head || is_out) {
       float s = is_out ? out_std : std0;
       if (m.cfg.zero_init_out) s = 0.0f;
-      for (int64_t i = 0; i < n; ++i) p.data[i] = s == 0.0f ? 0.0f : s * rng.normal();
+      for (int64_t i = 0; i < n; ++i) host[i] = s == 0.0f ? 0.0f : s * rng.normal();
     } else {
-      for (int64_t i = 0; i < n; ++i) p.data[i] = std0 * rng.normal();
+      for (int64_t i = 0; i < n; ++i) host[i] = std0 * rng.normal();
     }
     if (p.name == "wte" || p.name == "lm_head")  // rows of the padded vocabulary stay zero
-      std::fill(p.data + int64_t(m.V) * m.d, p.data + n, 0.0f);
+      std::fill(host.begin() + int64_t(m.V) * m.d, host.end(), 0.0f);
+    p.from_host(host.data());
   }
   m.bf16_dirty = true;
   m.have_fwd = false;
@@ -416,6 +396,7 @@ void GPT::init_weights(uint64_t seed) {
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss,
                    int32_t* argmax) {
   GPTImpl& m = *impl;
+  Backend& be = *m.be;
   Profiler* prof = m.prof;
   m.have_fwd = false;
   m.body_fwd(inputs, B, T);
@@ -423,50 +404,57 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   const int d = m.d, V = m.V, Vp = m.Vp;
   const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
   int64_t valid = 0;
-  if (targets)
+  if (targets) {
     for (int64_t i = 0; i < N; ++i) {
       if (targets[i] >= V) fail("GPT forward: target id {} out of range [0, {})", targets[i], V);
       valid += targets[i] >= 0;
     }
+    be.to_device(m.tgt_d, targets, sizeof(int32_t) * N);
+  }
   const bool grad = m.grad_enabled && targets != nullptr;
   const float gscale = valid > 0 ? 1.0f / float(valid) : 0.0f;
-  if (grad) std::memset(m.head_dw, 0, sizeof(float) * int64_t(Vp) * d);
+  if (grad) be.zero(m.head_dw, sizeof(float) * int64_t(Vp) * d);
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += m.chunk_rows) {
     int64_t nr = std::min<int64_t>(m.chunk_rows, N - r0);
     const float* xin = m.lnf_mm + r0 * d * mmb / 4;
     {
       PROF("matmul.head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + int64_t(Vp) * d) + 4.0 * nr * Vp);
-      linear_fwd(m.prec, xin, m.w(m.off_head), m.logits, nr, d, Vp);
+      be.linear_fwd(m.prec, xin, m.w(m.off_head), m.logits, nr, d, Vp);
     }
     {
       PROF("softcap_xent", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
-      total += softcap_xent(m.logits, targets ? targets + r0 : nullptr, nr, V, Vp, m.cfg.logit_softcap,
-                            token_loss ? token_loss + r0 : nullptr, argmax ? argmax + r0 : nullptr,
-                            grad, gscale);
+      total += be.softcap_xent(m.logits, targets ? m.tgt_d + r0 : nullptr, nr, V, Vp, m.cfg.logit_softcap,
+                               token_loss ? m.loss_d + r0 : nullptr, argmax ? m.argmax_d + r0 : nullptr,
+                               grad, gscale);
     }
     if (grad) {
       m.to_mm(m.logits, m.logits_mm, nr * Vp);
       {
         PROF("matmul.head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + int64_t(Vp) * d) + 4.0 * nr * d);
-        linear_bwd_input(m.prec, m.logits_mm, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
+        be.linear_bwd_input(m.prec, m.logits_mm, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
       }
       {
         PROF("matmul.head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
-        linear_bwd_weight(m.prec, m.logits_mm, xin, m.head_dw, nr, d, Vp);
+        be.linear_bwd_weight(m.prec, m.logits_mm, xin, m.head_dw, nr, d, Vp);
       }
     }
   }
-  if (token_loss && !targets) std::fill(token_loss, token_loss + N, 0.0f);
+  if (token_loss) {
+    if (targets) be.to_host(token_loss, m.loss_d, sizeof(float) * N);
+    else std::fill(token_loss, token_loss + N, 0.0f);
+  }
+  if (argmax) be.to_host(argmax, m.argmax_d, sizeof(int32_t) * N);
   m.have_fwd = true;
   m.fwd_had_grad = grad;
   float mean = valid > 0 ? float(total / double(valid)) : 0.0f;
-  if (!std::isfinite(mean)) fail("GPT forward: loss is not finite ({})", mean);
+  if (!std::isfinite(mean)) throw NonFiniteError(fmt::format("GPT forward: loss is not finite ({})", mean));
   return mean;
 }
 
 void GPT::backward(float loss_scale) {
   GPTImpl& m = *impl;
+  Backend& be = *m.be;
   Profiler* prof = m.prof;
   if (!m.have_fwd || !m.fwd_had_grad)
     fail("GPT backward: no forward with targets and gradients enabled precedes it");
@@ -475,38 +463,31 @@ void GPT::backward(float loss_scale) {
   const int qw = m.qw, kvw = m.kvw, qkvw = m.qkvw, hw = m.hw;
   const int64_t N = int64_t(B) * T;
   const MatPrec prec = m.prec;
+  const DType mmt = m.mmt();
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
-  float* G = m.G.p;
-  float* P = m.P.p;
+  float* G = m.G.as<float>();
   // Backward of y = x W^T (x: [N, in] in matmul precision, W at G/P offset w_off: [out, in]) from
   // dy in m.dmm: dW += dy^T x, then m.dtmp = dy W. Each half is timed as its own op.
   auto matmul_bwd = [&](const char* dw_name, const char* dx_name, const void* x_mm, int64_t w_off, int in,
                         int out) {
     {
       PROF(dw_name, "bwd", 2.0 * N * in * out, mmb * N * (in + out) + 8.0 * in * out);
-      linear_bwd_weight(prec, m.dmm, x_mm, G + w_off, N, in, out);
+      be.linear_bwd_weight(prec, m.dmm, x_mm, G + w_off, N, in, out);
     }
     {
       PROF(dx_name, "bwd", 2.0 * N * in * out, mmb * (N * out + int64_t(in) * out) + 4.0 * N * in);
-      linear_bwd_input(prec, m.dmm, m.w(w_off), m.dtmp, N, in, out, false);
+      be.linear_bwd_input(prec, m.dmm, m.w(w_off), m.dtmp, N, in, out, false);
     }
   };
   {
     PROF("head.grad_accum", "bwd", 2.0 * m.Vp * d, 12.0 * m.Vp * d);
-    float* gh = G + m.off_head;
-    const float* hw_ = m.head_dw;
-    int64_t n = int64_t(m.Vp) * d;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) gh[i] += loss_scale * hw_[i];
+    be.axpy(G + m.off_head, loss_scale, m.head_dw, int64_t(m.Vp) * d);
   }
   {
     PROF("rmsnorm.final", "bwd", 8.0 * N * d, 20.0 * N * d);
-    float* dxf = m.dxf;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N * d; ++i) dxf[i] *= loss_scale;
-    std::memset(m.dres, 0, sizeof(float) * N * d);
-    rmsnorm_bwd(m.x_final, m.off_fg >= 0 ? P + m.off_fg : nullptr, m.lnf_rstd, dxf, m.dres,
-                m.off_fg >= 0 ? G + m.off_fg : nullptr, N, d);
+    be.scale(m.dxf, loss_scale, N * d);
+    be.zero(m.dres, sizeof(float) * N * d);
+    be.rmsnorm_bwd(m.x_final, m.pp(m.off_fg), m.lnf_rstd, m.dxf, m.dres, m.gp(m.off_fg), N, d);
   }
   for (int l = m.L - 1; l >= 0; --l) {
     LayerAct& a = m.la[l];
@@ -516,57 +497,48 @@ void GPT::backward(float loss_scale) {
     matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", a.act_mm, lo.w_out, Hd, d);
     {
       PROF("activation", "bwd", 12.0 * N * Hd, (4.0 * hw * 2 + 4.0 * Hd) * N);
-      if (prec == MatPrec::F32) m.act_bwd(a.h, m.dtmp, m.dmm, N);
-      else m.act_bwd(a.h, m.dtmp, reinterpret_cast<bf16*>(m.dmm), N);
+      be.activation_bwd(m.act, a.h, m.dtmp, m.dmm, mmt, N, Hd);
     }
     matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", a.ln2_mm, lo.w_in, d, hw);
     {
       PROF("rmsnorm.mlp", "bwd", 8.0 * N * d, 16.0 * N * d);
-      rmsnorm_bwd(a.mid, lo.mlp_g >= 0 ? P + lo.mlp_g : nullptr, a.ln2_rstd, m.dtmp, m.dres,
-                  lo.mlp_g >= 0 ? G + lo.mlp_g : nullptr, N, d);
+      be.rmsnorm_bwd(a.mid, m.pp(lo.mlp_g), a.ln2_rstd, m.dtmp, m.dres, m.gp(lo.mlp_g), N, d);
     }
     // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
     m.to_mm(m.dres, m.dmm, N * d);
     matmul_bwd("matmul.wo.dw", "matmul.wo.dx", a.att_mm, lo.wo, qw, d);
     {
       PROF("attention", "bwd", 5.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (4 * qw + 4 * kvw));
-      split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
-      attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd);
+      be.split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
+      be.attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd);
     }
     {
       PROF("qk_norm.rope", "bwd", 12.0 * N * (qw + kvw), 4.0 * N * (3 * qw + 3 * kvw + qkvw));
-      const float* qg = lo.qn_g >= 0 ? P + lo.qn_g : nullptr;
-      const float* kg = lo.kn_g >= 0 ? P + lo.kn_g : nullptr;
-      float* dqg = lo.qn_g >= 0 ? G + lo.qn_g : nullptr;
-      float* dkg = lo.kn_g >= 0 ? G + lo.kn_g : nullptr;
-      if (prec == MatPrec::F32)
-        qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, qg, kg, dqg, dkg, B, T,
-                      H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t, m.dmm);
-      else
-        qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, qg, kg, dqg, dkg, B, T,
-                      H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t, reinterpret_cast<bf16*>(m.dmm));
+      be.qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, m.pp(lo.qn_g), m.pp(lo.kn_g),
+                       m.gp(lo.qn_g), m.gp(lo.kn_g), B, T, H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t,
+                       m.dmm, mmt);
     }
     matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", a.ln1_mm, lo.wqkv, d, qkvw);
     {
       PROF("rmsnorm.attn", "bwd", 8.0 * N * d, 16.0 * N * d);
-      rmsnorm_bwd(a.x, lo.attn_g >= 0 ? P + lo.attn_g : nullptr, a.ln1_rstd, m.dtmp, m.dres,
-                  lo.attn_g >= 0 ? G + lo.attn_g : nullptr, N, d);
+      be.rmsnorm_bwd(a.x, m.pp(lo.attn_g), a.ln1_rstd, m.dtmp, m.dres, m.gp(lo.attn_g), N, d);
     }
   }
   {
     PROF("embedding", "bwd", N * d, 12.0 * N * d);
-    embedding_bwd(m.inputs.data(), m.dres, G + m.off_wte, N, d);
+    be.embedding_bwd(m.tok_d, m.dres, G + m.off_wte, N, d);
   }
   m.bf16_dirty = true;  // an optimizer step normally follows
 }
 
 void GPT::zero_grad() {
-  std::memset(impl->G.p, 0, sizeof(float) * impl->nparams);
+  impl->be->zero(impl->G.as<float>(), sizeof(float) * impl->nparams);
   impl->bf16_dirty = true;
 }
 
 void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
   GPTImpl& m = *impl;
+  Backend& be = *m.be;
   Profiler* prof = m.prof;
   m.have_fwd = false;
   m.body_fwd(inputs, B, T);
@@ -576,12 +548,16 @@ void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
   char* rows = reinterpret_cast<char*>(m.tmp_mm);
   const char* src = reinterpret_cast<const char*>(m.lnf_mm);
   for (int b = 0; b < B; ++b)
-    std::memcpy(rows + int64_t(b) * d * mmb, src + (int64_t(b) * T + T - 1) * d * mmb, size_t(d) * mmb);
-  {
-    PROF("matmul.head", "fwd", 2.0 * B * d * Vp, mmb * (B * d + int64_t(Vp) * d) + 4.0 * B * Vp);
-    linear_fwd(m.prec, m.tmp_mm, m.w(m.off_head), out, B, d, Vp);
+    be.copy(rows + int64_t(b) * d * mmb, src + (int64_t(b) * T + T - 1) * d * mmb, size_t(d) * mmb);
+  for (int b0 = 0; b0 < B; b0 += int(m.chunk_rows)) {  // the logits buffer holds chunk_rows rows
+    const int nb = int(std::min<int64_t>(m.chunk_rows, B - b0));
+    {
+      PROF("matmul.head", "fwd", 2.0 * nb * d * Vp, mmb * (nb * d + int64_t(Vp) * d) + 4.0 * nb * Vp);
+      be.linear_fwd(m.prec, rows + int64_t(b0) * d * mmb, m.w(m.off_head), m.logits, nb, d, Vp);
+    }
+    be.softcap_fwd(m.logits, int64_t(nb) * Vp, m.cfg.logit_softcap);
+    be.to_host(out + int64_t(b0) * Vp, m.logits, sizeof(float) * int64_t(nb) * Vp);
   }
-  softcap_fwd(out, int64_t(B) * Vp, m.cfg.logit_softcap);
   for (int b = 0; b < B; ++b)
     for (int j = m.V; j < Vp; ++j) out[int64_t(b) * Vp + j] = -INFINITY;
 }
@@ -611,6 +587,7 @@ void GPT::set_matmul_precision(MatPrec p) {
   impl->bf16_dirty = true;
 }
 MatPrec GPT::matmul_precision() const { return impl->prec; }
+Backend& GPT::backend() const { return *impl->be; }
 void GPT::set_grad_enabled(bool on) { impl->grad_enabled = on; }
 void GPT::weights_changed() { impl->bf16_dirty = true; }
 

@@ -1,12 +1,12 @@
-// The GPT model on the CPU: parameters, gradients and activations carved out of a few large
-// allocations; every layer a visible forward/backward pair (see model/ops.h). Owned by issue 2.
+// The GPT model on any backend: parameters, gradients and activations carved out of a few large
+// device allocations; every layer a visible forward/backward pair of backend ops (backend/backend.h).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
-#include "backend/cpu/matmul.h"
+#include "backend/backend.h"
 
 namespace clm {
 
@@ -18,14 +18,22 @@ struct Param {
   std::string name;            // e.g. "blocks.3.attn.wq"
   std::vector<int64_t> shape;  // row-major
   ParamKind kind;
-  float* data = nullptr;       // fp32 master weights (view into the params allocation)
-  float* grad = nullptr;       // fp32 gradient (view into the grads allocation)
+  float* data = nullptr;       // fp32 master weights: device pointer into the params allocation
+  float* grad = nullptr;       // fp32 gradient: device pointer into the grads allocation
+  Backend* backend = nullptr;  // the device both live on
   int64_t numel() const;
+  Tensor value() const { return {data, DType::F32, shape, backend}; }
+  Tensor gradient() const { return {grad, DType::F32, shape, backend}; }
+  void to_host(float* dst) const;       // numel() floats
+  void from_host(const float* src);     // the caller then tells the model (GPT::weights_changed)
+  void grad_to_host(float* dst) const;
 };
 
 struct GPTImpl;
 struct GPT {
-  GPT(const ModelConfig& cfg, int max_B, int max_T);  // allocates params, grads, activations
+  // Allocates params, grads and activations on `be`; the matmul precision comes from
+  // cfg.matmul_precision (auto: bf16 where the device multiplies bf16 natively, else fp32).
+  GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be = cpu_backend());
   ~GPT();
   GPT(GPT&&) noexcept;
   GPT& operator=(GPT&&) noexcept;
@@ -49,7 +57,9 @@ struct GPT {
   void set_profiler(Profiler* p);
 
   // --- additions by the engine (see docs/MODEL.md) ---
-  // Matmul precision: BF16 (default; bf16 inputs, fp32 accumulation) or F32 (gradient checks).
+  Backend& backend() const;
+  // Matmul precision: BF16 (bf16 inputs, fp32 accumulation) or F32; set from the config at
+  // construction, changed here by gradient checks.
   void set_matmul_precision(MatPrec p);
   MatPrec matmul_precision() const;
   // With gradients disabled, forward skips the fused head backward (use for evaluation; 3x less

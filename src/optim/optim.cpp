@@ -1,4 +1,4 @@
-// The optimizer: routes each parameter to its group by ParamKind (Matrix -> optim.matrix, Embedding ->
+// The optimizer, written against the device interface: routes each parameter to its group by ParamKind (Matrix -> optim.matrix, Embedding ->
 // optim.embed, Head -> optim.head, Scalar -> optim.scalar), clips by the global gradient norm, then
 // runs AdamW or Muon per group. State (moments, Muon momentum) lives in one allocation; save/load
 // write it with the parameter names and sizes so a mismatched checkpoint is refused.
@@ -11,10 +11,9 @@
 #include <istream>
 #include <ostream>
 
+#include "backend/backend.h"
 #include "core/common.h"
 #include "core/profiler.h"
-#include "backend/cpu/optim_kernels.h"
-#include "backend/cpu/newton_schulz.h"
 
 namespace clm {
 
@@ -50,20 +49,28 @@ struct OptState {
   float* v = nullptr;  // AdamW second moment
 };
 
+// FLOPs of one Newton-Schulz run (for the profiler): steps * (4 a^2 b + 2 a^3), a = short side.
+static double ns_flops(int64_t rows, int64_t cols, int steps) {
+  double a = double(std::min(rows, cols)), b = double(std::max(rows, cols));
+  return steps * (4.0 * a * a * b + 2.0 * a * a * a);
+}
+
 struct OptimizerImpl {
+  Backend* be = nullptr;
   OptimConfig cfg;
+  MatPrec ns_prec[4] = {MatPrec::BF16, MatPrec::BF16, MatPrec::BF16, MatPrec::BF16};
   const OptimGroup* groups[4];
   std::vector<OptState> states;
-  std::vector<float> storage;      // all moments, one allocation
-  std::vector<float> scratch_u, scratch_o;  // Muon: momentum-mixed update, its orthogonalisation
+  DeviceBuffer storage;            // all moments, one device allocation
+  int64_t storage_n = 0;           // floats in storage
+  DeviceBuffer scratch_u, scratch_o;  // Muon: momentum-mixed update, its orthogonalisation
   int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
-  NewtonSchulz ns;
   Profiler* prof = nullptr;
 
   // Points each state's moments into `storage` (m, then v for AdamW), in state order. Called after
   // storage is (re)allocated: at construction and when load() swaps in a freshly read buffer.
   void bind_storage() {
-    float* cur = storage.data();
+    float* cur = storage.as<float>();
     for (OptState& st : states) {
       st.m = cur;
       cur += st.n;
@@ -82,8 +89,13 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(
   s.groups[1] = &s.cfg.embed;
   s.groups[2] = &s.cfg.head;
   s.groups[3] = &s.cfg.scalar;
+  if (params.empty()) fail("optimizer: the model has no parameters");
+  s.be = params.front().backend;
+  if (!s.be) fail("optimizer: parameter '{}' is not on a device", params.front().name);
+  for (int gi = 0; gi < 4; ++gi) s.ns_prec[gi] = resolve_precision(s.groups[gi]->ns_precision, *s.be);
   int64_t total = 0, max_muon = 0;
   for (Param& p : params) {
+    if (p.backend != s.be) fail("optimizer: parameter '{}' is on another device", p.name);
     OptState st;
     st.p = &p;
     st.group = group_index(p.kind);
@@ -107,10 +119,11 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(
     }
     s.states.push_back(st);
   }
-  s.storage.assign(size_t(total), 0.0f);
+  s.storage_n = total;
+  s.storage = DeviceBuffer(*s.be, size_t(total) * 4);
   s.bind_storage();
-  s.scratch_u.resize(size_t(max_muon));
-  s.scratch_o.resize(size_t(max_muon));
+  s.scratch_u = DeviceBuffer(*s.be, size_t(max_muon) * 4);
+  s.scratch_o = DeviceBuffer(*s.be, size_t(max_muon) * 4);
 }
 
 Optimizer::~Optimizer() = default;
@@ -127,15 +140,16 @@ std::string Optimizer::group_of(const std::string& param_name) const {
 
 void Optimizer::warmup() {
   OptimizerImpl& s = *impl;
-  std::vector<std::tuple<int64_t, int64_t, int, bool>> done;
+  std::vector<std::tuple<int64_t, int64_t, int, MatPrec>> done;
   for (const OptState& st : s.states) {
     if (!st.muon) continue;
     const OptimGroup& g = *s.groups[st.group];
-    auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, g.ns_bf16);
+    auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, s.ns_prec[st.group]);
     if (std::find(done.begin(), done.end(), key) != done.end()) continue;
     done.push_back(key);
-    std::fill(s.scratch_u.begin(), s.scratch_u.begin() + st.n, 0.0f);
-    s.ns.run(s.scratch_u.data(), s.scratch_o.data(), st.rows, st.cols, g.ns_steps, g.ns_bf16);
+    s.be->zero(s.scratch_u.as<float>(), sizeof(float) * st.n);
+    s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, g.ns_steps,
+                        s.ns_prec[st.group]);
   }
 }
 
@@ -147,7 +161,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     int64_t n = 0;
     for (const OptState& st : s.states) n += st.n;
     ProfScope ps(s.prof, "optim.grad_norm", "optim", 2.0 * double(n), 4.0 * double(n));
-    for (const OptState& st : s.states) ss += sum_squares(st.p->grad, st.n);
+    for (const OptState& st : s.states) ss += s.be->sum_squares(st.p->grad, st.n);
   }
   const float norm = float(std::sqrt(ss));
   float gscale = 1.0f;
@@ -170,7 +184,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
         if (st.group == gi) n += st.n;
       ProfScope ps(s.prof, kAdamNames[gi], "optim", 12.0 * double(n), 4.0 * 7.0 * double(n));
       for (const OptState& st : s.states)
-        if (st.group == gi) adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
+        if (st.group == gi) s.be->adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
                                          g.eps, wd, s.t[gi]);
     } else {
       const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
@@ -178,21 +192,21 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
         if (st.group != gi) continue;
         {
           ProfScope ps(s.prof, "muon.momentum", "optim", 4.0 * double(st.n), 4.0 * 4.0 * double(st.n));
-          muon_momentum(st.p->grad, st.m, s.scratch_u.data(), st.n, gscale, mu, g.nesterov);
+          s.be->muon_momentum(st.p->grad, st.m, s.scratch_u.as<float>(), st.n, gscale, mu, g.nesterov);
         }
         {
           int64_t a = std::min(st.rows, st.cols), b = std::max(st.rows, st.cols);
-          double bytes = (g.ns_bf16 ? 2.0 : 4.0) * g.ns_steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * st.n;
-          ProfScope ps(s.prof, "muon.newton_schulz", "optim", NewtonSchulz::flops(st.rows, st.cols, g.ns_steps),
-                       bytes);
-          s.ns.run(s.scratch_u.data(), s.scratch_o.data(), st.rows, st.cols, g.ns_steps, g.ns_bf16);
+          const MatPrec np = s.ns_prec[gi];
+          double bytes = (np == MatPrec::BF16 ? 2.0 : 4.0) * g.ns_steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * st.n;
+          ProfScope ps(s.prof, "muon.newton_schulz", "optim", ns_flops(st.rows, st.cols, g.ns_steps), bytes);
+          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, g.ns_steps, np);
         }
         {
           ProfScope ps(s.prof, "muon.apply", "optim", 3.0 * double(st.n), 4.0 * 3.0 * double(st.n));
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
           // the per-element update RMS comparable for tall matrices.
           const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
-          muon_apply(st.p->data, s.scratch_o.data(), st.n, lr, scale, wd);
+          s.be->muon_apply(st.p->data, s.scratch_o.as<float>(), st.n, lr, scale, wd);
         }
       }
     }
@@ -204,6 +218,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
 // u8 muon, u64 numel, then numel floats (m) and, for AdamW, numel floats (v).
 void Optimizer::save(std::ostream& out) const {
   const OptimizerImpl& s = *impl;
+  std::vector<float> host;  // one state at a time, copied from the device
   out.write(kStateMagic, 8);
   uint32_t np = uint32_t(s.states.size());
   out.write(reinterpret_cast<const char*>(&np), 4);
@@ -216,8 +231,13 @@ void Optimizer::save(std::ostream& out) const {
     out.write(reinterpret_cast<const char*>(&muon), 1);
     uint64_t n = uint64_t(st.n);
     out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(reinterpret_cast<const char*>(st.m), std::streamsize(sizeof(float) * st.n));
-    if (!st.muon) out.write(reinterpret_cast<const char*>(st.v), std::streamsize(sizeof(float) * st.n));
+    host.resize(size_t(st.n));
+    s.be->to_host(host.data(), st.m, sizeof(float) * st.n);
+    out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.n));
+    if (!st.muon) {
+      s.be->to_host(host.data(), st.v, sizeof(float) * st.n);
+      out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.n));
+    }
   }
   if (!out) fail("optimizer: failed to write state");
 }
@@ -238,7 +258,8 @@ void Optimizer::load(std::istream& in) {
   int64_t t[4];
   read(t, sizeof(t), "step counts");
   // Read everything into a copy first so a failed load leaves the optimizer untouched.
-  std::vector<float> storage(s.storage.size());
+  std::vector<float> storage(size_t(s.storage_n));
+  const float* base = s.storage.as<float>();
   for (const OptState& st : s.states) {
     uint32_t len;
     read(&len, 4, "name length");
@@ -254,11 +275,10 @@ void Optimizer::load(std::istream& in) {
     uint64_t n;
     read(&n, 8, "size");
     if (int64_t(n) != st.n) fail("optimizer state for '{}' has {} elements, the model {}", name, n, st.n);
-    read(storage.data() + (st.m - s.storage.data()), sizeof(float) * n, name.c_str());
-    if (!st.muon) read(storage.data() + (st.v - s.storage.data()), sizeof(float) * n, name.c_str());
+    read(storage.data() + (st.m - base), sizeof(float) * n, name.c_str());
+    if (!st.muon) read(storage.data() + (st.v - base), sizeof(float) * n, name.c_str());
   }
-  s.storage.swap(storage);
-  s.bind_storage();  // same layout, new buffer
+  s.be->to_device(s.storage.as<float>(), storage.data(), sizeof(float) * storage.size());
   std::memcpy(s.t, t, sizeof(t));
 }
 

@@ -1,4 +1,5 @@
-// The optimizer over a model's parameters (issue 2): AdamW and Muon groups routed by ParamKind.
+// The optimizer over a model's parameters: AdamW and Muon groups routed by ParamKind, run on the
+// parameters' backend (the moments live on the same device).
 #pragma once
 #include <iosfwd>
 #include <memory>

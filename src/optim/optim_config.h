@@ -13,7 +13,9 @@ struct OptimGroup {            // hyper-parameters of one parameter group
   bool nesterov = true;        // muon
   int ns_steps = 5;            // muon Newton-Schulz iterations
   float weight_decay = 0.0f;
-  bool ns_bf16 = true;         // muon: Newton-Schulz matmuls in bf16 (fp32 accumulate); false = fp32
+  // muon: Newton-Schulz matmul inputs, auto | bf16 | fp32 (fp32 accumulation either way); auto
+  // follows the device as model.matmul_precision does.
+  std::string ns_precision = "auto";
 };
 
 // Defaults are those of baseline-50m (d_model 512); presets rescale the AdamW learning rates.

@@ -17,14 +17,6 @@
 
 namespace clm {
 
-bf16 f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return bf16(u >> 16);
-}
-
 void f32_to_bf16(const float* x, bf16* y, int64_t n) {
   // Same rounding as the scalar version, written so the compiler vectorises it (AVX-512 has a
   // native cvtne2ps2bf16, but this integer form is equally memory bound and portable).

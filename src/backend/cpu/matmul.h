@@ -4,21 +4,14 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/dtype.h"
+
 namespace clm {
 
-using bf16 = uint16_t;  // raw bfloat16 bits (upper half of an IEEE fp32)
-
-enum class MatPrec { BF16, F32 };
-
-// Round-to-nearest-even fp32 -> bf16 (NaN stays NaN). Parallel over n with OpenMP.
+// Round-to-nearest-even fp32 -> bf16 (NaN stays NaN). Parallel over n with OpenMP. The scalar
+// forms and the MatPrec/bf16 types are in backend/dtype.h.
 void f32_to_bf16(const float* x, bf16* y, int64_t n);
 void bf16_to_f32(const bf16* x, float* y, int64_t n);
-inline float bf16_to_f32(bf16 v) {
-  union { uint32_t u; float f; } c;
-  c.u = uint32_t(v) << 16;
-  return c.f;
-}
-bf16 f32_to_bf16(float f);
 
 // C[M,N] = A[M,K] * B[K,N]   (accumulate=false)   or   C += A*B   (accumulate=true).
 // A is stored row-major as [M,K] (trans_a=false) or [K,M] (trans_a=true); likewise B as [K,N] or

@@ -1,0 +1,82 @@
+// What every backend shares: tensors and device buffers, conversions written on the interface,
+// backend selection by name (--device) and the resolution of the `auto` matmul precision.
+#include "backend/backend.h"
+
+#include "backend/cuda/device.h"
+#include "core/common.h"
+
+namespace clm {
+
+Backend& cpu_backend_instance();  // backend/cpu/cpu_backend.cpp
+
+Activation activation_from_name(const std::string& name) {
+  if (name == "relu2") return Activation::ReLU2;
+  if (name == "gelu") return Activation::GELU;
+  if (name == "swiglu") return Activation::SwiGLU;
+  fail("unknown activation '{}' (relu2 | gelu | swiglu)", name);
+}
+
+void Backend::convert(const float* src, void* dst, int64_t n, DType to) {
+  if (to == DType::BF16) {
+    f32_to_bf16(src, static_cast<bf16*>(dst), n);
+  } else if (to == DType::F32) {
+    if (static_cast<const void*>(src) != dst) copy(dst, src, size_t(n) * 4);
+  } else {
+    fail("backend: cannot convert fp32 to {}", dtype_name(to));
+  }
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+float* Tensor::f32() const {
+  if (dtype != DType::F32) fail("tensor holds {}, not f32", dtype_name(dtype));
+  return static_cast<float*>(data);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    be_ = o.be_;
+    p_ = o.p_;
+    bytes_ = o.bytes_;
+    o.p_ = nullptr;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (p_) be_->free(p_);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+Backend& cpu_backend() { return cpu_backend_instance(); }
+
+std::shared_ptr<Backend> make_backend(const std::string& name) {
+  // The CPU backend is process-wide (one oneDNN engine, one thread pool); callers share it.
+  std::shared_ptr<Backend> cpu(&cpu_backend_instance(), [](Backend*) {});
+  if (name == "cpu") return cpu;
+  if (name == "auto") return cpu;  // the CUDA backend has no kernels yet: the CPU is the best present
+  if (name == "cuda" || name.starts_with("cuda:")) {
+    if (!cuda_compiled()) fail("--device {}: {}", name, cuda_unavailable_reason());
+    if (cuda_devices().empty()) fail("--device {}: no CUDA device is usable ({})", name, cuda_unavailable_reason());
+    fail("--device {}: the CUDA backend can list devices but has no training kernels yet; use --device cpu",
+         name);
+  }
+  fail("--device '{}' is unknown (cpu | cuda | cuda:N | auto)", name);
+}
+
+std::vector<std::string> available_backends() { return {"cpu"}; }
+
+MatPrec resolve_precision(const std::string& setting, const Backend& be) {
+  if (setting == "bf16") return MatPrec::BF16;
+  if (setting == "fp32") return MatPrec::F32;
+  if (setting == "auto") return be.native_bf16() ? MatPrec::BF16 : MatPrec::F32;
+  fail("matmul precision '{}' is unknown (auto | bf16 | fp32)", setting);
+}
+
+}  // namespace clm

@@ -1,0 +1,189 @@
+// The device interface. The model, the optimizer and the training step are written once against
+// this class; a backend (backend/cpu, backend/cuda) implements it for one kind of device.
+//
+// Contract, for whoever adds a backend (docs/ARCHITECTURE.md, "How to add a backend"):
+// - Pointers passed to the ops are device pointers from alloc() (or offsets into them). Host memory
+//   reaches the device only through to_device/to_host. Ops may run asynchronously; to_host and
+//   synchronize() wait for everything issued before them.
+// - Every op mirrors one forward/backward function of backend/cpu/ops.h with the same shapes and
+//   the same accumulate (+=) or overwrite (=) rule; the CPU backend is the reference the others are
+//   tested against (tests/test_backend_ops.cpp).
+// - Results are deterministic for a given device, binary and thread count: reductions run in a
+//   fixed order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/dtype.h"
+
+namespace clm {
+
+enum class Activation { ReLU2, GELU, SwiGLU };
+Activation activation_from_name(const std::string& name);  // relu2 | gelu | swiglu; throws Error
+
+// Device time of an interval: wall time on the CPU, CUDA events on a GPU. stop() waits for the
+// device to finish the work issued since start().
+struct DeviceTimer {
+  virtual ~DeviceTimer() = default;
+  virtual void start() = 0;
+  virtual double stop() = 0;  // seconds
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- identity ----
+  virtual std::string name() const = 0;         // "cpu", "cuda:0"
+  virtual std::string description() const = 0;  // the device, its kernels and features, one line
+  // True when device pointers are host pointers (the CPU): host code may then read them directly.
+  virtual bool host_visible() const = 0;
+  // Whether this device multiplies bf16 natively (faster than fp32); `auto` precision follows it.
+  virtual bool native_bf16() const = 0;
+
+  // ---- memory ----
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled, 64-byte aligned; throws Error when out of memory
+  virtual void free(void* p) = 0;
+  virtual void to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<DeviceTimer> timer() = 0;
+
+  // ---- matmul and conversions ----
+  // C[M,N] (=, or += when accumulate) A[M,K] B[K,N]; A stored [M,K] or, trans_a, [K,M]; B stored
+  // [K,N] or, trans_b, [N,K]. A and B hold bf16 (BF16) or fp32 (F32); C is fp32 row-major.
+  virtual void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                    const void* A, const void* B, float* C, bool accumulate) = 0;
+  // Builds whatever a gemm shape needs before it is first timed (JIT kernels, plans). Optional.
+  virtual void prepare_gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                            int64_t K) {}
+  virtual void f32_to_bf16(const float* x, bf16* y, int64_t n) = 0;
+  virtual void bf16_to_f32(const bf16* x, float* y, int64_t n) = 0;
+  // dst = src in dtype `to` (a copy for F32, a rounding for BF16).
+  void convert(const float* src, void* dst, int64_t n, DType to);
+
+  // The linear layer y = x W^T (W stored [out, in]), written with gemm.
+  void linear_fwd(MatPrec p, const void* x, const void* W, float* y, int64_t N, int64_t in,
+                  int64_t out) {
+    gemm(p, false, true, N, out, in, x, W, y, false);
+  }
+  void linear_bwd_input(MatPrec p, const void* dy, const void* W, float* dx, int64_t N,
+                        int64_t in, int64_t out, bool accumulate) {  // dx (=/+=) dy W
+    gemm(p, false, false, N, in, out, dy, W, dx, accumulate);
+  }
+  void linear_bwd_weight(MatPrec p, const void* dy, const void* x, float* dW, int64_t N,
+                         int64_t in, int64_t out) {  // dW += dy^T x
+    gemm(p, true, false, out, in, N, dy, x, dW, true);
+  }
+
+  // ---- element-wise and layer ops (shapes and rules: backend/cpu/ops.h) ----
+  // `out_t` names the dtype of an output that feeds a matmul (F32 or BF16).
+  virtual void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N,
+                             int64_t C) = 0;
+  virtual void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N,
+                             int64_t C) = 0;
+  virtual void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd,
+                           int64_t rows, int64_t C, float eps) = 0;
+  virtual void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy,
+                           float* dx, float* dg, int64_t rows, int64_t C) = 0;
+  virtual void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) = 0;
+  virtual void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t,
+                        const float* sin_t, int pos0) = 0;
+  virtual void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                             const float* qg, const float* kg, float eps, const float* cos_t,
+                             const float* sin_t, float* qraw, float* kraw, float* q_rstd,
+                             float* k_rstd, float* q, float* k, float* v) = 0;
+  virtual void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
+                             const float* kraw, const float* q_rstd, const float* k_rstd,
+                             const float* qg, const float* kg, float* dqg, float* dkg, int B, int T,
+                             int H, int Hkv, int hd, bool qk_norm, const float* cos_t,
+                             const float* sin_t, void* dqkv, DType out_t) = 0;
+  virtual void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse,
+                             int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) = 0;
+  virtual void attention_bwd(const float* q, const float* k, const float* v, const float* o,
+                             const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                             int B, int H, int Hkv, int T, int hd) = 0;
+  virtual void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) = 0;
+  virtual void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
+                           int hd) = 0;
+  // h: the MLP pre-activation [N, Hd] ([N, 2Hd] = [up | gate] for SwiGLU); y: [N, Hd].
+  virtual void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
+                              int64_t Hd) = 0;
+  virtual void activation_bwd(Activation a, const float* h, const float* dy, void* dh, DType out_t,
+                              int64_t N, int64_t Hd) = 0;
+  virtual void residual_fwd(const float* a, const float* b, float* out, int64_t n) = 0;
+  virtual void scale(float* x, float s, int64_t n) = 0;                 // x *= s
+  virtual void axpy(float* y, float a, const float* x, int64_t n) = 0;  // y += a x
+  // Softcap + cross-entropy (+ its gradient in place when want_grad). Returns the summed loss over
+  // targets >= 0 (waits for the device); loss/argmax may be null.
+  virtual double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp,
+                              float cap, float* loss, int32_t* argmax, bool want_grad,
+                              float grad_scale) = 0;
+  virtual void softcap_fwd(float* z, int64_t n, float cap) = 0;
+
+  // ---- optimizer ----
+  // Sum of squares in double, the same bits whatever the thread count (waits for the device).
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
+                            float lr, float beta1, float beta2, float eps, float wd, int64_t t) = 0;
+  virtual void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale,
+                             float mu, bool nesterov) = 0;
+  virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
+                          float wd) = 0;
+  // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias); matmuls in `prec`.
+  virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
+                             MatPrec prec) = 0;
+};
+
+// A typed view of device memory: the pointer, its dtype and shape, and the backend that owns it.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  Backend* backend = nullptr;
+  int64_t numel() const;
+  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+  float* f32() const;  // data as float* (throws Error unless dtype is F32)
+};
+
+// One allocation on a backend, freed with it (the arenas that parameters and activations are
+// carved from).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, size_t bytes) : be_(&be), p_(be.alloc(bytes)), bytes_(bytes) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void reset();
+  template <typename T = float>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* be_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// ---- selecting a backend ----
+// Names a user may pass to --device: "cpu", "cuda" (or "cuda:N"), "auto" (the best present: a
+// usable GPU, else the CPU). A backend that is not compiled in, or has no device, is a one-line
+// Error saying why.
+std::shared_ptr<Backend> make_backend(const std::string& name = "auto");
+// Every backend usable on this machine (the CPU always), for tests and `clocklm info`.
+std::vector<std::string> available_backends();
+// The process-wide CPU backend (host-side work and the reference in tests).
+Backend& cpu_backend();
+
+// Matmul precision from a config value: "bf16", "fp32", or "auto" (bf16 where the device multiplies
+// bf16 natively, else fp32). Throws Error on anything else.
+MatPrec resolve_precision(const std::string& setting, const Backend& be);
+
+}  // namespace clm

@@ -1,0 +1,205 @@
+// The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
+// oneDNN matmuls, optimizer kernels, Newton-Schulz). Device memory is host memory, so memory
+// operations are memcpy/memset and the device clock is the wall clock.
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <dnnl.hpp>
+
+#include "backend/backend.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/newton_schulz.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/optim_kernels.h"
+#include "core/common.h"
+
+namespace clm {
+
+namespace {
+
+struct WallTimer : DeviceTimer {
+  double t0 = 0;
+  void start() override { t0 = now_seconds(); }
+  double stop() override { return now_seconds() - t0; }
+};
+
+bool cpu_multiplies_bf16_natively() {
+  // oneDNN reports the best instruction set it will use; AVX512_BF16 and AMX multiply bf16 in
+  // hardware. Without them oneDNN emulates bf16 and fp32 is several times faster.
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return fmt::format("cpu ({} threads, oneDNN bf16 {})", default_threads(),
+                       native_bf16() ? "native" : "emulated");
+  }
+  bool host_visible() const override { return true; }
+  bool native_bf16() const override {
+    static const bool v = cpu_multiplies_bf16_natively();
+    return v;
+  }
+
+  void* alloc(size_t bytes) override {
+    size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, n);
+    if (!p) fail("out of memory allocating {} MiB", n >> 20);
+    std::memset(p, 0, n);
+    return p;
+  }
+  void free(void* p) override { std::free(p); }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes) std::memcpy(dst, src, bytes);
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes) std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+  void synchronize() override {}
+  std::unique_ptr<DeviceTimer> timer() override { return std::make_unique<WallTimer>(); }
+
+  void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
+            const void* B, float* C, bool accumulate) override {
+    clm::gemm(prec, ta, tb, M, N, K, A, B, C, accumulate);
+  }
+  void f32_to_bf16(const float* x, bf16* y, int64_t n) override { clm::f32_to_bf16(x, y, n); }
+  void bf16_to_f32(const bf16* x, float* y, int64_t n) override { clm::bf16_to_f32(x, y, n); }
+
+  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C) override {
+    clm::embedding_fwd(tok, wte, out, N, C);
+  }
+  void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N, int64_t C) override {
+    clm::embedding_bwd(tok, dout, dwte, N, C);
+  }
+  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
+                   int64_t C, float eps) override {
+    if (out_t == DType::BF16) clm::rmsnorm_fwd(x, g, static_cast<bf16*>(y), rstd, rows, C, eps);
+    else clm::rmsnorm_fwd(x, g, static_cast<float*>(y), rstd, rows, C, eps);
+  }
+  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                   float* dg, int64_t rows, int64_t C) override {
+    clm::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, C);
+  }
+  void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) override {
+    clm::rope_tables(cos_t, sin_t, T, hd, base);
+  }
+  void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
+                int pos0) override {
+    clm::rope_fwd(x, rows, T, hd, cos_t, sin_t, pos0);
+  }
+  void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                     const float* qg, const float* kg, float eps, const float* cos_t,
+                     const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                     float* q, float* k, float* v) override {
+    clm::qkv_heads_fwd(qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw, q_rstd,
+                       k_rstd, q, k, v);
+  }
+  void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
+                     const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
+                     const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
+                     bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
+                     DType out_t) override {
+    if (out_t == DType::BF16)
+      clm::qkv_heads_bwd(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv, hd,
+                         qk_norm, cos_t, sin_t, static_cast<bf16*>(dqkv));
+    else
+      clm::qkv_heads_bwd(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv, hd,
+                         qk_norm, cos_t, sin_t, static_cast<float*>(dqkv));
+  }
+  void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) override {
+    clm::attention_fwd(q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+  }
+  void attention_bwd(const float* q, const float* k, const float* v, const float* o,
+                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                     int H, int Hkv, int T, int hd) override {
+    clm::attention_bwd(q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd);
+  }
+  void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
+    clm::split_heads(x, ld, y, B, T, nh, hd);
+  }
+  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
+                   int hd) override {
+    if (out_t == DType::BF16) clm::merge_heads(y, static_cast<bf16*>(x), ld, B, T, nh, hd);
+    else clm::merge_heads(y, static_cast<float*>(x), ld, B, T, nh, hd);
+  }
+  void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
+                      int64_t Hd) override {
+    if (out_t == DType::BF16) act_fwd(a, h, static_cast<bf16*>(y), N, Hd);
+    else act_fwd(a, h, static_cast<float*>(y), N, Hd);
+  }
+  void activation_bwd(Activation a, const float* h, const float* dy, void* dh, DType out_t,
+                      int64_t N, int64_t Hd) override {
+    if (out_t == DType::BF16) act_bwd(a, h, dy, static_cast<bf16*>(dh), N, Hd);
+    else act_bwd(a, h, dy, static_cast<float*>(dh), N, Hd);
+  }
+  void residual_fwd(const float* a, const float* b, float* out, int64_t n) override {
+    clm::residual_fwd(a, b, out, n);
+  }
+  void scale(float* x, float s, int64_t n) override {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+  void axpy(float* y, float a, const float* x, int64_t n) override {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+  }
+  double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
+                      float* loss, int32_t* argmax, bool want_grad, float grad_scale) override {
+    return clm::softcap_xent(logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale);
+  }
+  void softcap_fwd(float* z, int64_t n, float cap) override { clm::softcap_fwd(z, n, cap); }
+
+  double sum_squares(const float* x, int64_t n) override { return clm::sum_squares(x, n); }
+  void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
+                    float lr, float beta1, float beta2, float eps, float wd, int64_t t) override {
+    clm::adamw_update(p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t);
+  }
+  void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
+                     bool nesterov) override {
+    clm::muon_momentum(grad, buf, u, n, gscale, mu, nesterov);
+  }
+  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) override {
+    clm::muon_apply(p, o, n, lr, scale, wd);
+  }
+  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
+                     MatPrec prec) override {
+    std::lock_guard<std::mutex> lock(ns_mu_);
+    ns_.run(G, out, rows, cols, steps, prec == MatPrec::BF16);
+  }
+
+ private:
+  template <typename OutT>
+  static void act_fwd(Activation a, const float* h, OutT* y, int64_t N, int64_t Hd) {
+    if (a == Activation::ReLU2) clm::relu2_fwd(h, y, N * Hd);
+    else if (a == Activation::GELU) clm::gelu_fwd(h, y, N * Hd);
+    else clm::swiglu_fwd(h, y, N, Hd);
+  }
+  template <typename OutT>
+  static void act_bwd(Activation a, const float* h, const float* dy, OutT* dh, int64_t N, int64_t Hd) {
+    if (a == Activation::ReLU2) clm::relu2_bwd(h, dy, dh, N * Hd);
+    else if (a == Activation::GELU) clm::gelu_bwd(h, dy, dh, N * Hd);
+    else clm::swiglu_bwd(h, dy, dh, N, Hd);
+  }
+
+  NewtonSchulz ns_;  // its scratch and primitive cache, shared by every optimizer on this backend
+  std::mutex ns_mu_;
+};
+
+}  // namespace
+
+Backend& cpu_backend_instance() {
+  static CpuBackend be;
+  return be;
+}
+
+}  // namespace clm
