@@ -6,7 +6,7 @@
 #
 # usage: /usr/bin/python3 bench/torch_peer.py --config byte-11m [--set key=value ...]
 #            [--precision fp32|bf16] [--optimizer config|muon|adamw] [--batch 16] [--seq 256]
-#            [--steps 5] [--warmup 2] [--threads N] [--clocklm build/clocklm]
+#            [--steps 5] [--warmup 2] [--threads N] [--ns-precision auto|bf16|fp32] [--clocklm build/clocklm]
 # --config takes a preset name (resolved by `clocklm model --config NAME --json`), a resolved config
 # JSON file (RUN/config.json, or the saved output of `clocklm model --json`), or "none" (the
 # ModelConfig defaults). Architecture flags (--n-layer, --d-model, ...) override any of them.
@@ -321,8 +321,8 @@ def main():
                     help="bf16 = torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--optimizer", choices=["config", "muon", "adamw"], default="config",
                     help="matrix group: muon (Muon + AdamW rest), adamw (all AdamW), config (as the config says)")
-    ap.add_argument("--ns-bf16", choices=["auto", "true", "false"], default="auto",
-                    help="Newton-Schulz matmuls in bf16 (auto: iff --precision bf16)")
+    ap.add_argument("--ns-precision", choices=["auto", "bf16", "fp32"], default="auto",
+                    help="Muon Newton-Schulz matmuls (auto: bf16 iff --precision bf16)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
@@ -342,7 +342,7 @@ def main():
     torch.manual_seed(args.seed)
     name, m, optim = load_config(args)
     bf16 = args.precision == "bf16"
-    ns_bf16 = bf16 if args.ns_bf16 == "auto" else args.ns_bf16 == "true"
+    ns_bf16 = bf16 if args.ns_precision == "auto" else args.ns_precision == "bf16"
 
     model = GPT(m, args.seq)
     n_params = sum(p.numel() for p in model.parameters())
@@ -381,7 +381,7 @@ def main():
         "params": n_params, "step_seconds": step, "tokens_per_second": B * T / step,
         "best_step_seconds": min(times), "threads": threads, "steps": args.steps,
         "warmup": args.warmup, "loss_first": losses[0], "loss_last": losses[-1],
-        "ln_vocab": math.log(V), "ns_bf16": ns_bf16 if optim["matrix"]["kind"] == "muon" else None,
+        "ln_vocab": math.log(V), "ns_precision": (("bf16" if ns_bf16 else "fp32") if optim["matrix"]["kind"] == "muon" else None),
         "attention": "sdpa" if model.has_sdpa else "masked_softmax",
     }), flush=True)
 

@@ -3,7 +3,8 @@
 # this machine's CPU, both on random tokens with the same thread count:
 #   byte-11m at 16x256 and baseline-50m at 4x256, each with the preset's Muon+AdamW and with all-AdamW
 #   (optim.matrix.kind=adamw); clocklm `bench train` with model.matmul_precision auto / bf16 / fp32,
-#   PyTorch in fp32 and in bf16 autocast. Writes a markdown table (tokens/s), the machine (CPU model,
+#   PyTorch in fp32 and in bf16 autocast. In the Muon runs the Newton-Schulz matmuls follow the mode on
+#   both sides (clocklm: optim.matrix.ns_precision = the same value; peer: bf16 iff bf16 autocast). Writes a markdown table (tokens/s), the machine (CPU model,
 #   SIMD flags, BLAS, clocklm roofline) and the raw JSON lines to --out.
 #
 # usage: bench/train_vs_torch.sh [--out FILE (default bench/results/train_vs_torch.md)]
@@ -103,6 +104,14 @@ else
   HAVE_PREC=0
   say "model.matmul_precision is unknown to this build: fp32 = bench train --fp32, bf16 = default, auto unavailable"
 fi
+# Muon's Newton-Schulz matmuls follow the mode too (the peer does the same): optim.matrix.ns_precision
+# where known, else the older boolean optim.matrix.ns_bf16 (set false for fp32), else untouched.
+NS_KEY=""
+if "$CLOCKLM" model --config byte-11m --set optim.matrix.ns_precision=fp32 > /dev/null 2>&1; then
+  NS_KEY=optim.matrix.ns_precision
+elif "$CLOCKLM" model --config byte-11m --set optim.matrix.ns_bf16=false > /dev/null 2>&1; then
+  NS_KEY=optim.matrix.ns_bf16
+fi
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # record CONFIG BT OPT ENGINE MODE -- CMD...: run CMD, keep the last stdout line if it is JSON
 record() {
@@ -127,13 +136,17 @@ for spec in "byte-11m 16 256" "baseline-50m 4 256"; do
         --threads "$THREADS" --ceiling "$CEILING" --json "${OSET[@]}")
     if [ "$HAVE_PREC" = 1 ]; then
       for M in auto bf16 fp32; do
-        record "$C" "${B}x$T" "$OPT" clocklm "$M" -- "${CL[@]}" --set "model.matmul_precision=$M"
+        NS=()
+        [ "$OPT" = muon ] && [ -n "$NS_KEY" ] && NS=(--set "$NS_KEY=$M")
+        record "$C" "${B}x$T" "$OPT" clocklm "$M" -- "${CL[@]}" --set "model.matmul_precision=$M" "${NS[@]}"
       done
     else
       printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$C" "${B}x$T" "$OPT" clocklm auto "$(load1)" \
         '{"error": "model.matmul_precision not in this build"}' >> "$RAW"
+      NS=()
+      [ "$OPT" = muon ] && [ -n "$NS_KEY" ] && NS=(--set "$NS_KEY=false")
       record "$C" "${B}x$T" "$OPT" clocklm bf16 -- "${CL[@]}"
-      record "$C" "${B}x$T" "$OPT" clocklm fp32 -- "${CL[@]}" --fp32
+      record "$C" "${B}x$T" "$OPT" clocklm fp32 -- "${CL[@]}" --fp32 "${NS[@]}"
     fi
     for P in fp32 bf16; do
       record "$C" "${B}x$T" "$OPT" torch "$P" -- "$PY" "$PEER" --config "$C" --clocklm "$CLOCKLM" \

@@ -5,6 +5,7 @@
 // shape and reports GFLOP/s, for work on that kernel.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,11 +17,10 @@
 #include "core/common.h"
 #include "config/config.h"
 #include "model/gpt.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
-#include "optim/optim.h"
+#include "backend/backend.h"
 #include "core/profiler.h"
-#include <map>
+#include "optim/optim.h"
+#include "train/train_step.h"
 
 namespace clm {
 
@@ -29,13 +29,37 @@ namespace {
 struct BenchArgs {
   std::string config;
   std::vector<std::string> sets;
+  std::string device = "auto";
   int batch = 4, seq = 256, steps = 5, warmup = 2, threads = 0;
   double ceiling = 0;
   bool json = false, fp32 = false, profile = false, no_optim = false;
 };
 
+// GFLOP/s of a large square gemm in one precision on a backend: best of `reps` after a warm-up.
+double measure_ceiling(Backend& be, MatPrec prec, int64_t n = 2048, int reps = 5) {
+  const size_t in_bytes = size_t(n) * n * dtype_size(matmul_dtype(prec));
+  DeviceBuffer a(be, in_bytes), b(be, in_bytes), c(be, size_t(n) * n * 4);
+  std::vector<float> host(size_t(n) * n);
+  Rng rng(7);
+  for (float& v : host) v = rng.normal();
+  be.to_device(c.as<float>(), host.data(), host.size() * 4);
+  be.convert(c.as<float>(), a.as<void>(), n * n, matmul_dtype(prec));
+  be.convert(c.as<float>(), b.as<void>(), n * n, matmul_dtype(prec));
+  auto timer = be.timer();
+  be.gemm(prec, false, true, n, n, n, a.as<void>(), b.as<void>(), c.as<float>(), false);  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    timer->start();
+    be.gemm(prec, false, true, n, n, n, a.as<void>(), b.as<void>(), c.as<float>(), false);
+    best = std::min(best, timer->stop());
+  }
+  return 2.0 * double(n) * n * n / best / 1e9;
+}
+
 void run_bench_train(const BenchArgs& a) {
-  RunConfig rc = load_config(a.config, a.sets);
+  std::vector<std::string> sets = a.sets;
+  if (a.fp32) sets.push_back("model.matmul_precision=fp32");
+  RunConfig rc = load_config(a.config, sets);
   // Presets like d<N> take the vocabulary from the dataset; synthetic tokens use a 32K vocabulary.
   if (rc.model.vocab_size == 0) rc.model.vocab_size = 32768;
   validate(rc);
@@ -45,11 +69,12 @@ void run_bench_train(const BenchArgs& a) {
   int threads = a.threads > 0 ? a.threads : default_threads();
   omp_set_num_threads(threads);
 
-  GPT model(mc, a.batch, a.seq);
-  if (a.fp32) model.set_matmul_precision(MatPrec::F32);
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  GPT model(mc, a.batch, a.seq, *be);
   model.init_weights(1234);
   std::unique_ptr<Optimizer> opt;
   if (!a.no_optim) opt = std::make_unique<Optimizer>(model.params(), rc.optim);
+  const std::string ns_prec = prec_name(resolve_precision(rc.optim.matrix.ns_precision, *be));
   std::string opt_desc = a.no_optim ? "none (forward+backward only)"
                                     : fmt::format("matrix={} embed={} head={} scalar={}",
                                                   rc.optim.matrix.kind, rc.optim.embed.kind,
@@ -67,30 +92,34 @@ void run_bench_train(const BenchArgs& a) {
     model.set_profiler(&prof);
     if (opt) opt->set_profiler(&prof);
   }
-  double t_fwd = 0, t_bwd = 0, t_opt = 0, best_step = 1e30;
-  float loss = 0;
+  const ScheduleValues sched{1.0f, 1.0f, rc.optim.matrix.momentum};
+  StepOptions so;
+  so.phase_times = true;
+  double t_fwd = 0, t_bwd = 0, t_opt = 0, t_step = 0, best_step = 1e30;
+  double loss = 0;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
-    double t0 = now_seconds();
-    model.zero_grad();
-    loss = model.forward(in.data(), tg.data(), a.batch, a.seq);
-    double t1 = now_seconds();
-    model.backward(1.0f);
-    double t2 = now_seconds();
-    if (opt) opt->step(1.0f);
-    double t3 = now_seconds();
+    StepResult r = train_step(model, opt.get(), in.data(), tg.data(), 1, a.batch, a.seq, sched, so);
+    loss = r.loss;
     if (s + 1 == a.warmup) prof.clear();
     if (s >= a.warmup) {
-      t_fwd += t1 - t0;
-      t_bwd += t2 - t1;
-      t_opt += t3 - t2;
-      best_step = std::min(best_step, t3 - t0);
+      t_fwd += r.forward_seconds;
+      t_bwd += r.backward_seconds;
+      t_opt += r.optimizer_seconds;
+      t_step += r.seconds;
+      best_step = std::min(best_step, r.seconds);
     }
   }
-  double step = (t_fwd + t_bwd + t_opt) / a.steps;
+  double step = t_step / a.steps;
   double tps = double(N) / step;
   double fpt = model.flops_per_token(a.seq);
   double mflops = tps * fpt;
-  double ceiling = a.ceiling > 0 ? a.ceiling : measure_matmul_ceiling_gflops();
+  // The faster of the two matmul ceilings is the one a well-chosen precision can approach.
+  double ceil_bf16 = 0, ceil_fp32 = 0, ceiling = a.ceiling;
+  if (ceiling <= 0) {
+    ceil_bf16 = measure_ceiling(*be, MatPrec::BF16);
+    ceil_fp32 = measure_ceiling(*be, MatPrec::F32);
+    ceiling = std::max(ceil_bf16, ceil_fp32);
+  }
   nlohmann::json j = {
       {"config", a.config},
       {"params", model.num_params()},
@@ -98,7 +127,9 @@ void run_bench_train(const BenchArgs& a) {
       {"seq", a.seq},
       {"threads", threads},
       {"steps", a.steps},
-      {"matmul_precision", a.fp32 ? "fp32" : "bf16"},
+      {"device", be->description()},
+      {"matmul_precision", prec_name(model.matmul_precision())},
+      {"ns_precision", ns_prec},
       {"optimizer", opt_desc},
       {"step_seconds", step},
       {"best_step_seconds", best_step},
@@ -112,6 +143,10 @@ void run_bench_train(const BenchArgs& a) {
       {"fraction_of_ceiling", mflops / (ceiling * 1e9)},
       {"loss", loss},
   };
+  if (ceil_bf16 > 0) {
+    j["matmul_ceiling_bf16_gflops"] = ceil_bf16;
+    j["matmul_ceiling_fp32_gflops"] = ceil_fp32;
+  }
   if (a.profile) {  // per-op totals over the timed steps
     struct Agg { double t = 0, fl = 0, by = 0; int n = 0; };
     std::map<std::string, Agg> agg;
@@ -121,7 +156,7 @@ void run_bench_train(const BenchArgs& a) {
     }
     std::vector<std::pair<std::string, Agg>> rows(agg.begin(), agg.end());
     std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second.t > y.second.t; });
-    double tot = (t_fwd + t_bwd + t_opt);
+    double tot = t_step;
     std::fprintf(stderr, "%-26s %9s %6s %9s %8s\n", "op/phase", "ms/step", "%", "GFLOP/s", "GB/s");
     for (auto& [k, g] : rows)
       std::fprintf(stderr, "%-26s %9.2f %6.1f %9.1f %8.1f\n", k.c_str(), g.t / a.steps * 1e3,
@@ -131,9 +166,9 @@ void run_bench_train(const BenchArgs& a) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("bench train  config=%s  params=%.2fM  batch=%dx%d  threads=%d  matmul=%s  optimizer=%s\n",
-              a.config.c_str(), model.num_params() / 1e6, a.batch, a.seq, threads,
-              a.fp32 ? "fp32" : "bf16", opt_desc.c_str());
+  std::printf("bench train  config=%s  params=%.2fM  batch=%dx%d  device=%s  threads=%d  matmul=%s  ns=%s  optimizer=%s\n",
+              a.config.c_str(), model.num_params() / 1e6, a.batch, a.seq, be->name().c_str(), threads,
+              prec_name(model.matmul_precision()), ns_prec.c_str(), opt_desc.c_str());
   std::printf("  step %.1f ms (best %.1f)  = fwd %.1f + bwd %.1f + optim %.1f ms\n", step * 1e3,
               best_step * 1e3, t_fwd / a.steps * 1e3, t_bwd / a.steps * 1e3, t_opt / a.steps * 1e3);
   std::printf("  tokens/s %.0f   model GFLOP/s %.1f   ceiling %.0f GFLOP/s   fraction %.1f%%\n", tps,
@@ -141,6 +176,7 @@ void run_bench_train(const BenchArgs& a) {
 }
 
 struct AttnArgs {
+  std::string device = "auto";
   int batch = 8, heads = 4, kv_heads = 0, seq = 1024, head_dim = 64, reps = 5, threads = 0;
   bool json = false;
 };
@@ -153,10 +189,18 @@ void run_bench_attention(const AttnArgs& a) {
   omp_set_num_threads(threads);
   const int B = a.batch, H = a.heads, T = a.seq, hd = a.head_dim;
   const size_t nq = (size_t)B * H * T * hd, nkv = (size_t)B * Hkv * T * hd;
-  std::vector<float> q(nq), k(nkv), v(nkv), o(nq), lse((size_t)B * H * T), dout(nq), dq(nq), dk(nkv), dv(nkv);
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  auto buf = [&](size_t n) { return DeviceBuffer(*be, n * 4); };
+  DeviceBuffer q = buf(nq), k = buf(nkv), v = buf(nkv), o = buf(nq), lse = buf((size_t)B * H * T), dout = buf(nq),
+               dq = buf(nq), dk = buf(nkv), dv = buf(nkv);
   Rng rng(7);
-  for (auto* x : {&q, &k, &v, &dout})
-    for (float& f : *x) f = (float)(rng.uniform() * 2 - 1);
+  std::vector<float> host;
+  for (auto* x : {&q, &k, &v, &dout}) {
+    host.resize(x->bytes() / 4);
+    for (float& f : host) f = (float)(rng.uniform() * 2 - 1);
+    be->to_device(x->as<float>(), host.data(), x->bytes());
+  }
+  auto timer = be->timer();
   // Causal: query i sees i+1 keys; Q K^T and P V are 2 flops per multiply-add each -> forward
   // 4*hd per (query, key) pair; backward recomputes S and forms dP, dV, dK, dQ: 10*hd per pair.
   const double pairs = (double)B * H * T * (T + 1) / 2;
@@ -165,17 +209,20 @@ void run_bench_attention(const AttnArgs& a) {
     fn();  // warm-up
     double best = 1e30, sum = 0;
     for (int r = 0; r < a.reps; r++) {
-      double t0 = now_seconds();
+      timer->start();
       fn();
-      double dt = now_seconds() - t0;
+      double dt = timer->stop();
       best = std::min(best, dt);
       sum += dt;
     }
     return std::pair<double, double>{best, sum / a.reps};
   };
-  auto [fb, fm] = time_best([&] { attention_fwd(q.data(), k.data(), v.data(), o.data(), lse.data(), B, H, Hkv, T, T, T, hd); });
+  auto [fb, fm] = time_best([&] {
+    be->attention_fwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), B, H, Hkv, T, T, T, hd);
+  });
   auto [bb, bm] = time_best([&] {
-    attention_bwd(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), B, H, Hkv, T, hd);
+    be->attention_bwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), dout.as<float>(),
+                      dq.as<float>(), dk.as<float>(), dv.as<float>(), B, H, Hkv, T, hd);
   });
   if (a.json) {
     nlohmann::json j = {{"bench", "attention"}, {"batch", B}, {"heads", H}, {"kv_heads", Hkv}, {"seq", T},
@@ -209,9 +256,10 @@ void register_bench_commands(CLI::App& app) {
   tr->add_option("--warmup", args->warmup, "untimed steps first")->capture_default_str();
   tr->add_option("--threads", args->threads, "worker threads (0 = default)");
   tr->add_option("--ceiling", args->ceiling,
-                 "matmul ceiling in GFLOP/s (0 = measure a 2048^3 bf16 oneDNN matmul now)");
+                 "matmul ceiling in GFLOP/s (0 = measure 2048^3 bf16 and fp32 gemms now, take the faster)");
   tr->add_flag("--no-optim", args->no_optim, "time forward+backward only");
-  tr->add_flag("--fp32", args->fp32, "fp32 matmuls instead of bf16");
+  tr->add_flag("--fp32", args->fp32, "same as --set model.matmul_precision=fp32");
+  tr->add_option("--device", args->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
   tr->add_flag("--json", args->json, "print one JSON object");
   tr->callback([args] { run_bench_train(*args); });
@@ -225,6 +273,7 @@ void register_bench_commands(CLI::App& app) {
   at->add_option("--reps", aa->reps, "timed repetitions (best and mean reported)")->capture_default_str();
   at->add_option("--threads", aa->threads, "worker threads (0 = default)");
   at->add_flag("--json", aa->json, "print one JSON object");
+  at->add_option("--device", aa->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   at->callback([aa] { run_bench_attention(*aa); });
 }
 

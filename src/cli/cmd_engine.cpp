@@ -93,6 +93,7 @@ void register_engine_commands(CLI::App& app) {
     cmd->add_option("--stop-after-steps", o->stop_after_steps,
                     "Checkpoint and stop after this many steps of this session (to test or split a run)");
     cmd->add_flag("--quiet", o->quiet, "No live progress line");
+    cmd->add_option("--device", o->device, "Backend: cpu | cuda[:N] | auto (the best present; default)");
     cmd->callback([o, budget] {
       TrainOptions opt = *o;
       if (!budget->empty()) opt.budget_seconds = parse_duration(*budget);

@@ -63,6 +63,7 @@ static void register_profile(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", o->out, "Folder for profile.json, trace.json and profile.txt")->required();
   cmd->add_option("--top", o->top, "Rows of the printed table")->capture_default_str();
+  cmd->add_option("--device", o->po.device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   cmd->add_flag("--fp32-roof", o->fp32, "Judge ops against the fp32 matmul peak instead of bf16");
   cmd->callback([o] {
     ProfileRunResult r = profile_training_steps(o->po);

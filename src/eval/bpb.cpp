@@ -3,8 +3,10 @@
 #include "eval/bpb.h"
 
 #include <cmath>
+#include <memory>
 
 #include "core/common.h"
+#include "core/progress.h"
 
 namespace clm {
 
@@ -48,7 +50,7 @@ void bpb_finalize(BpbResult& r) {
 }
 
 BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
-                   int64_t val_tokens, int B, int T) {
+                   int64_t val_tokens, int B, int T, std::FILE* progress) {
   if (val_tokens <= 0) fail("bpb: val_tokens must be positive (got {})", val_tokens);
   if (B <= 0 || T <= 0) fail("bpb: bad batch shape B={} T={}", B, T);
   double t0 = now_seconds();
@@ -58,6 +60,8 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
   std::vector<int32_t> inputs((size_t)B * T), targets((size_t)B * T);
   std::vector<float> loss((size_t)B * T);
   int64_t visited = 0;
+  std::unique_ptr<Progress> bar;
+  if (progress) bar = std::make_unique<Progress>("bpb", double(val_tokens), progress);
   while (visited < val_tokens) {
     if (!next(inputs.data(), targets.data())) {
       std::fprintf(stderr, "bpb: warning: the val split ended after %lld of %lld target positions\n",
@@ -70,10 +74,16 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
     score(inputs.data(), targets.data(), rows, T, loss.data());
     bpb_accumulate(r, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
     visited += want;
+    if (bar) {
+      double dt = now_seconds() - t0;
+      bar->update(double(visited), fmt::format("{} of {} tokens | {:.0f} tok/s", visited, val_tokens,
+                                               dt > 0 ? double(visited) / dt : 0.0));
+    }
   }
   // positions counts non-negative targets: it equals visited unless a source padded its last batch.
   bpb_finalize(r);
   r.seconds = now_seconds() - t0;
+  if (bar) bar->finish(fmt::format("val bpb {:.4f} over {} tokens in {:.1f}s", r.bpb, r.positions, r.seconds));
   return r;
 }
 

@@ -2,6 +2,7 @@
 // over ln2 * sum of target byte lengths, BOS targets excluded from both. Owned by issue 4.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,9 +31,12 @@ struct BpbResult {
 
 // Evaluate on the first `val_tokens` target positions of the dataset's val split, rows built
 // exactly as the training loader builds them (no shuffle), B rows of T per forward.
-BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T);
+// progress: where a progress line goes (tokens scored, tokens/s, ETA); null = silent.
+BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T,
+                   std::FILE* progress = nullptr);
 // The same on an already opened dataset (the training loop keeps one open).
-BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T);
+BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T,
+                   std::FILE* progress = nullptr);
 
 // ---- the model-independent parts (tested with stubs) ----------------------------------------
 // Adds n target positions: targets < 0 are skipped (not positions), special tokens (byte length 0,
@@ -48,6 +52,6 @@ using BpbScorer = std::function<void(const int32_t* inputs, const int32_t* targe
 // The evaluation loop: takes batches in order, counts exactly the first val_tokens target positions
 // (row-major; the last batch is cut, and only its needed rows are scored) and accumulates.
 BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
-                   int64_t val_tokens, int B, int T);
+                   int64_t val_tokens, int B, int T, std::FILE* progress = nullptr);
 
 }  // namespace clm

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "train/train_step.h"
 
 namespace clm {
 
@@ -26,7 +27,8 @@ ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_threads();
   omp_set_num_threads(threads);
 
-  GPT model(cfg.model, B, T);
+  std::shared_ptr<Backend> be = make_backend(o.device);
+  GPT model(cfg.model, B, T, *be);
   model.init_weights(cfg.train.seed);
   Optimizer opt(model.params(), cfg.optim);
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
@@ -35,12 +37,13 @@ ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
     inputs[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
     targets[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
   }
+  const ScheduleValues sched{1.0f, 1.0f, cfg.optim.matrix.momentum};
   auto step = [&] {
-    model.zero_grad();
-    float loss = model.forward(inputs.data(), targets.data(), B, T);
-    if (!std::isfinite(loss)) fail("profile: loss is {} (config {})", loss, cfg.name);
-    model.backward(1.0f);
-    opt.step(1.0f);
+    try {
+      train_step(model, &opt, inputs.data(), targets.data(), 1, B, T, sched);
+    } catch (const NonFiniteError& e) {
+      fail("profile: {} (config {})", e.what(), cfg.name);
+    }
   };
   // Warm-up steps off the record: oneDNN builds its primitives and pages get touched.
   for (int i = 0; i < o.warmup; ++i) step();

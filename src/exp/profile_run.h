@@ -1,5 +1,5 @@
 // `clocklm profile`: N full training steps of a config (forward, backward, optimizer) on synthetic
-// tokens with the profiler attached. Analysis and files: profile_report.h. Owned by issue 5.
+// tokens with the profiler attached. Analysis and files: profile_report.h.
 #pragma once
 #include <string>
 #include <vector>
@@ -16,6 +16,7 @@ struct ProfileRunOptions {
   int batch = 0;                  // rows per step (0 = train.micro_batch)
   int seq = 0;                    // sequence length (0 = model.seq_len)
   int default_vocab = 32768;      // when the config leaves vocab_size to the dataset
+  std::string device = "auto";    // --device
 };
 
 struct ProfileRunResult {

@@ -166,7 +166,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
   const float norm = float(std::sqrt(ss));
   float gscale = 1.0f;
   if (s.cfg.grad_clip > 0 && norm > s.cfg.grad_clip) gscale = s.cfg.grad_clip / (norm + 1e-6f);
-  if (!std::isfinite(norm)) gscale = 1.0f;  // the caller checks the returned norm; nothing to clip
+  if (!std::isfinite(norm)) return norm;  // no update from a NaN/inf gradient; the caller reports it
 
   bool has[4] = {false, false, false, false};
   for (const OptState& st : s.states) has[st.group] = true;

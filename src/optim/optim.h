@@ -19,7 +19,7 @@ struct Optimizer {
   Optimizer& operator=(Optimizer&&) noexcept;
   // One update from the params' current grads. lr_scale multiplies every group's lr (schedule),
   // wd_scale every group's weight decay; muon_momentum >= 0 overrides Muon's momentum (warmup).
-  // Returns the global gradient norm before clipping.
+  // Returns the global gradient norm before clipping. When it is not finite nothing is updated.
   float step(float lr_scale, float wd_scale = 1.0f, float muon_momentum = -1.0f);
   std::string group_of(const std::string& param_name) const;  // "matrix" | "embed" | "head" | "scalar"
   // Builds the Newton-Schulz matmul primitives for every Muon shape (one-time JIT cost, kept out of

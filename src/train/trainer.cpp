@@ -31,6 +31,7 @@
 #include "checkpoint/checkpoint.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
+#include "train/train_step.h"
 
 namespace clm {
 
@@ -136,7 +137,8 @@ TrainResult train(const TrainOptions& o) {
   // ---- model, optimizer, data ----
   const int B = tc.micro_batch, T = cfg.model.seq_len;
   const int eval_B = tc.eval_batch > 0 ? tc.eval_batch : B;
-  GPT model(cfg.model, std::max(B, eval_B), T);
+  std::shared_ptr<Backend> device = make_backend(o.device);
+  GPT model(cfg.model, std::max(B, eval_B), T, *device);
   model.init_weights(tc.seed);
   Optimizer opt(model.params(), cfg.optim);
   LoaderOptions lo;
@@ -188,6 +190,8 @@ TrainResult train(const TrainOptions& o) {
     rec["dataset"] = {{"dir", fs::absolute(o.data_dir).string()}, {"tokenizer_hash", info.tokenizer_hash},
                       {"vocab_size", info.vocab_size}};
     rec["threads"] = threads;
+    rec["device"] = device->description();
+    rec["matmul_precision"] = prec_name(model.matmul_precision());
     rec["resumed_from_step"] = resuming ? nlohmann::json(step) : nlohmann::json(nullptr);
     std::string name = resuming ? fmt::format("run.resume-{}.json", step) : "run.json";
     write_json_file((fs::path(run_dir) / name).string(), rec);
@@ -225,12 +229,11 @@ TrainResult train(const TrainOptions& o) {
     }
   };
 
-  auto evaluate = [&](int64_t n_tokens) {
+  auto evaluate = [&](int64_t n_tokens, bool progress_evals) {
     model.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
     try {
-      return eval_bpb(model, dataset, n_tokens, eval_B, T);  // gradients off while it runs
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("finite") == std::string::npos) throw;
+      return eval_bpb(model, dataset, n_tokens, eval_B, T, progress_evals ? stderr : nullptr);
+    } catch (const NonFiniteError&) {
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
                                             : "last good checkpoint kept: " + kept_ckpts.back();
       fail("training diverged: validation loss is not finite after step {}; {}", step, keep);
@@ -302,42 +305,26 @@ TrainResult train(const TrainOptions& o) {
       loader.next(inputs.data() + a * B * T, targets.data() + a * B * T);
 
     // ---- the timed step ----
-    const double t0 = now_seconds();
-    model.zero_grad();
-    double loss_sum = 0;
-    for (int64_t a = 0; a < accum; ++a) {
-      float loss;
-      try {
-        loss = model.forward(inputs.data() + a * B * T, targets.data() + a * B * T, B, T);
-      } catch (const Error& e) {
-        // The model itself refuses a non-finite loss; say what it means for the run.
-        if (std::string(e.what()).find("finite") == std::string::npos) throw;
-        loss = NAN;
-      }
-      if (!std::isfinite(loss)) {
-        std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
-                                              : "last good checkpoint kept: " + kept_ckpts.back();
-        fail("training diverged: loss is {} at step {} (micro-batch {}); {}", loss, step, a, keep);
-      }
-      model.backward(1.0f / float(accum));
-      loss_sum += loss;
-    }
-    const float grad_norm = opt.step(sv.lr_scale, sv.wd_scale, sv.muon_momentum);
-    const double dt = now_seconds() - t0;
-    // ------------------------
-    if (!std::isfinite(grad_norm)) {
+    StepResult sr;
+    const double t_begin = now_seconds();
+    try {
+      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, B, T, sv);
+    } catch (const NonFiniteError& e) {
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
                                             : "last good checkpoint kept: " + kept_ckpts.back();
-      fail("training diverged: gradient norm is {} at step {}; {}", grad_norm, step, keep);
+      fail("training diverged: {} at step {}; {}", e.what(), step, keep);
     }
+    const double dt = sr.seconds;
+    const float grad_norm = sr.grad_norm;
+    // ------------------------
     clock.add_step(dt);
     if (profiling) {
       prof_seconds += dt;
-      prof.mark_step(t0, t0 + dt);
+      prof.mark_step(t_begin, t_begin + dt);
     }
     ++step;
     tokens += tc.batch_tokens;
-    last_loss = loss_sum / double(accum);
+    last_loss = sr.loss;
 
     const double tps = double(tc.batch_tokens) / dt;
     nlohmann::json row = {{"step", step},
@@ -355,7 +342,6 @@ TrainResult train(const TrainOptions& o) {
     if (peak_flops > 0) row["mfu"] = tps * flops_per_token / peak_flops;
     bool log_row = step % tc.log_every == 0;
 
-    // Periodic validation, off the clock.
     // Periodic validation, off the clock (the final one happens after the loop).
     const double pos = position();
     bool do_eval = false;
@@ -364,7 +350,7 @@ TrainResult train(const TrainOptions& o) {
       while (next_eval_at <= pos) next_eval_at += tc.eval_every_seconds;
     }
     if (do_eval) {
-      BpbResult r = evaluate(tc.periodic_val_tokens);
+      BpbResult r = evaluate(tc.periodic_val_tokens, false);
       row["val_bpb"] = r.bpb;
       row["val_tokens"] = r.tokens;
       last_val = {{"step", step}, {"val_bpb", r.bpb}, {"val_tokens", r.tokens}};
@@ -414,7 +400,7 @@ TrainResult train(const TrainOptions& o) {
                               clock.budget));
 
   // ---- final evaluation and summary ----
-  BpbResult final_val = evaluate(tc.val_tokens);
+  BpbResult final_val = evaluate(tc.val_tokens, !o.quiet);
   nlohmann::json vrow = {{"step", step},          {"tokens", tokens},       {"device_seconds", clock.used},
                          {"val_bpb", final_val.bpb}, {"val_tokens", final_val.tokens}, {"final", true}};
   metrics.append(vrow);
@@ -433,6 +419,8 @@ TrainResult train(const TrainOptions& o) {
       {"model_flops_per_second", clock.used > 0 ? double(tokens) * flops_per_token / clock.used : 0.0},
       {"final_loss", last_loss},
       {"threads", threads},
+      {"device", device->description()},
+      {"matmul_precision", prec_name(model.matmul_precision())},
       {"wall_seconds", now_seconds() - t_start},
   };
   if (!o.core_bundle.empty()) {

@@ -19,6 +19,7 @@ struct TrainOptions {
   double budget_seconds = -1;        // --budget; < 0 = train.budget_seconds from the config
   bool profile = false;              // --profile: profile a few steps into RUN/profile/
   std::string core_bundle;           // --core BUNDLE: CORE score at the end (summary.json "core")
+  std::string device = "auto";       // --device cpu | cuda[:N] | auto
   int64_t stop_after_steps = 0;      // > 0: checkpoint and stop after this many steps of this session
   bool quiet = false;                // no progress line
   std::vector<std::string> argv;     // recorded in run.json
