@@ -107,6 +107,8 @@ TEST(Config, ValidationMessages) {
   EXPECT_NE(msg({"batch_tokens=1000"}).find("multiple of"), std::string::npos);
   EXPECT_NE(msg({"matrix.kind=sgd"}).find("optim.matrix.kind 'sgd'"), std::string::npos);
   EXPECT_NE(msg({"warmup_frac=0.7", "warmdown_frac=0.7"}).find("warmup_frac"), std::string::npos);
+  EXPECT_NE(msg({"matmul_precision=fp16"}).find("model.matmul_precision 'fp16'"), std::string::npos);
+  EXPECT_NE(msg({"matrix.ns_precision=int8"}).find("optim.matrix.ns_precision 'int8'"), std::string::npos);
   for (auto& ov : std::vector<std::string>{"n_head=7", "n_layer=0", "train.budget_seconds=-5"})
     EXPECT_EQ(msg({ov}).find('\n'), std::string::npos) << "multi-line error for " << ov;
 }
@@ -118,6 +120,16 @@ TEST(Config, JsonRoundTripAndFiles) {
   EXPECT_EQ(j["optim"]["matrix"]["kind"], "muon");
   RunConfig back = run_config_from_json(j);
   EXPECT_EQ(to_json(back).dump(), j.dump());
+  EXPECT_EQ(j["model"]["matmul_precision"], "auto");
+  // Config files written before ns_precision existed carry the boolean ns_bf16.
+  nlohmann::json old = j;
+  old["optim"]["matrix"].erase("ns_precision");
+  old["optim"]["matrix"]["ns_bf16"] = false;
+  old["optim"]["head"].erase("ns_precision");
+  old["optim"]["head"]["ns_bf16"] = true;
+  RunConfig legacy = run_config_from_json(old);
+  EXPECT_EQ(legacy.optim.matrix.ns_precision, "fp32");
+  EXPECT_EQ(legacy.optim.head.ns_precision, "bf16");
 
   nlohmann::json bad = j;
   bad["model"]["n_layers"] = 3;

@@ -207,6 +207,11 @@ TEST(TrainCli, BudgetRunWritesRunDirectoryAndStopsWithinOneStep) {
   EXPECT_NO_THROW(run_config_from_json(cfg));
   auto rec = nlohmann::json::parse(read_file(run + "/run.json"));
   EXPECT_TRUE(rec.contains("dataset"));
+  // The backend and the precision that `auto` resolved to on this machine are on record.
+  const std::string want_prec = cpu_backend().native_bf16() ? "bf16" : "fp32";
+  EXPECT_EQ(rec.value("matmul_precision", ""), want_prec);
+  EXPECT_EQ(summary.value("matmul_precision", ""), want_prec);
+  EXPECT_EQ(rec.value("device", "").rfind("cpu", 0), 0u) << rec.dump();
 
   auto rows = read_metrics(run);
   std::vector<nlohmann::json> steps;
@@ -326,6 +331,8 @@ TEST(TrainCli, BadInputsGiveOneLineErrors) {
   one_line_error(kTiny + " --budget -5m" + data, "negative duration");
   one_line_error(kTiny + " --data /nonexistent/dir --out " + run, "/nonexistent/dir");
   one_line_error(" --resume " + run + "_missing --data " + tiny_dataset(), "");
+  one_line_error(kTiny + " --device tpu" + data, "--device 'tpu' is unknown");
+  one_line_error(kTiny + " --device cuda" + data, "--device cuda");
   fs::remove_all(run);
 }
 
