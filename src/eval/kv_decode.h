@@ -1,5 +1,4 @@
-// Inference-only forward of the GPT with a KV cache, built from the engine's ops (model/ops.h) and
-// the math of docs/MODEL.md. Two uses: generation (the prompt is appended once, then one token per
+// Decoding sessions with a KV cache over the GPT's forward (GPT::forward_cached). Two uses: generation (the prompt is appended once, then one token per
 // step attends to the cached keys/values instead of recomputing the prefix), and cheap scoring (CORE):
 // the LM head is applied only at positions that are scored, not at every position of every row;
 // and rows that begin with the same tokens (the choices of a multiple-choice item) compute those
@@ -9,7 +8,6 @@
 #include <memory>
 #include <vector>
 
-#include <algorithm>
 #include "model/config.h"
 
 namespace clm {
@@ -24,9 +22,9 @@ struct PrefixGroup {
 };
 
 struct KVDecoder {
-  // Snapshots the model's weights (in its matmul precision); later weight changes are not seen.
-  // Caches hold max_B rows of max_T positions (max_T <= seq_len is not required, but RoPE tables
-  // and the caches are sized by it).
+  // Uses the model's weights as they are at each call (no copy); the model must outlive it.
+  // Caches hold max_B rows of max_T positions on the model's device (max_T <= seq_len is not
+  // required, but RoPE tables and the caches are sized by it).
   // one_shot: all layers share one K/V buffer (L times less memory); only a single append() per
   // reset() is then allowed — the scoring use, where rows are processed whole.
   KVDecoder(GPT& model, int max_B, int max_T, bool one_shot = false);

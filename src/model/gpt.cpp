@@ -118,8 +118,27 @@ struct GPTImpl {
   const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
   float* gp(int64_t off) const { return off >= 0 ? G.as<float>() + off : nullptr; }
 
+  // Scratch of the cached (inference) forward, sized on demand: one LayerAct that every layer
+  // reuses (nothing is kept for backward), the head's row buffers and RoPE tables for `T` positions.
+  struct Infer {
+    DeviceBuffer buf;
+    int64_t N = 0, head_rows = 0;
+    int T = 0;
+    LayerAct a{};
+    float *qkv = nullptr, *tmp_d = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
+          *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr;
+    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr;
+  } inf;
+
   void build();
+  // One block on N rows: x -> xout (may be the same buffer). Without segments, the rows are B x T
+  // training rows and attention runs over the block's own keys; with segments (inference), each
+  // segment's keys/values go into its area of kc/vc and its queries attend over that area.
+  void block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv_buf, float* tmp, int64_t N, int B,
+                 int T, const std::vector<KVSegment>* segs, float* kc, float* vc, const float* cos_tab,
+                 const float* sin_tab);
   void body_fwd(const int32_t* in, int B, int T);
+  void infer_reserve(int64_t N, int T);
 };
 
 void GPTImpl::build() {
@@ -265,6 +284,85 @@ void GPTImpl::build() {
 
 #define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
 
+void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv_buf, float* tmp,
+                        int64_t N, int B_, int T_, const std::vector<KVSegment>* segs, float* kc, float* vc,
+                        const float* cos_tab, const float* sin_tab) {
+  const float eps = cfg.norm_eps;
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  {
+    PROF("rmsnorm.attn", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+    norm_to_mm(a.x, lo.attn_g, a.ln1_mm, a.ln1_rstd, N);
+  }
+  {
+    PROF("matmul.qkv", "fwd", 2.0 * N * d * qkvw, mmb * (N * d + int64_t(qkvw) * d) + 4.0 * N * qkvw);
+    be->linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv_buf, N, d, qkvw);
+  }
+  if (!segs) {
+    {
+      PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
+      be->qkv_heads_fwd(qkv_buf, B_, T_, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps, cos_tab,
+                        sin_tab, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
+    }
+    {
+      PROF("attention", "fwd", 2.0 * B_ * H * hd * double(T_) * (T_ + 1), 4.0 * N * (2 * qw + 2 * kvw));
+      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B_, H, Hkv, T_, T_, T_, hd);
+    }
+    {
+      PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
+      be->merge_heads(a.o, a.att_mm, mmt(), qw, B_, T_, H, hd);
+    }
+  } else {
+    PROF("attention.cached", "fwd", 0, 0);
+    for (const KVSegment& sg : *segs) {
+      // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
+      const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
+      be->qkv_heads_fwd(qkv_buf + sg.off * qkvw, 1, sg.n, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps,
+                        cos_tab + rope_off, sin_tab + rope_off, a.qraw ? a.qraw + sg.off * qw : nullptr,
+                        a.kraw ? a.kraw + sg.off * kvw : nullptr, a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
+                        a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, a.q + sg.off * qw, a.k + sg.off * kvw,
+                        a.v + sg.off * kvw);
+      for (int hh = 0; hh < Hkv; ++hh) {  // keys/values into the cache area at [pos0, pos0 + n)
+        const int64_t from = sg.off * kvw + int64_t(hh) * sg.n * hd;
+        const int64_t to = sg.cache + (int64_t(hh) * sg.ldT + sg.pos0) * hd;
+        be->copy(kc + to, a.k + from, sizeof(float) * sg.n * hd);
+        be->copy(vc + to, a.v + from, sizeof(float) * sg.n * hd);
+      }
+      be->attention_fwd(a.q + sg.off * qw, kc + sg.cache, vc + sg.cache, a.o + sg.off * qw, nullptr, 1, H, Hkv,
+                        sg.n, sg.pos0 + sg.n, sg.ldT, hd);
+      be->merge_heads(a.o + sg.off * qw, reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, mmt(), qw, 1,
+                      sg.n, H, hd);
+    }
+  }
+  {
+    PROF("matmul.wo", "fwd", 2.0 * N * qw * d, mmb * (N * qw + int64_t(qw) * d) + 4.0 * N * d);
+    be->linear_fwd(prec, a.att_mm, w(lo.wo), tmp, N, qw, d);
+  }
+  {
+    PROF("residual", "fwd", N * d, 12.0 * N * d);
+    be->residual_fwd(a.x, tmp, a.mid, N * d);
+  }
+  {
+    PROF("rmsnorm.mlp", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+    norm_to_mm(a.mid, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N);
+  }
+  {
+    PROF("matmul.mlp_in", "fwd", 2.0 * N * d * hw, mmb * (N * d + int64_t(hw) * d) + 4.0 * N * hw);
+    be->linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
+  }
+  {
+    PROF("activation", "fwd", 8.0 * N * Hd, (4.0 * hw + mmb * Hd + 4.0 * Hd) * N);
+    be->activation_fwd(act, a.h, a.act_mm, mmt(), N, Hd);
+  }
+  {
+    PROF("matmul.mlp_out", "fwd", 2.0 * N * Hd * d, mmb * (N * Hd + int64_t(Hd) * d) + 4.0 * N * d);
+    be->linear_fwd(prec, a.act_mm, w(lo.w_out), tmp, N, Hd, d);
+  }
+  {
+    PROF("residual", "fwd", N * d, 12.0 * N * d);
+    be->residual_fwd(a.mid, tmp, xout, N * d);
+  }
+}
+
 void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
   if (B_ <= 0 || T_ <= 0 || B_ > max_B || T_ > max_T)
     fail("GPT forward: batch {}x{} exceeds the allocated {}x{}", B_, T_, max_B, max_T);
@@ -275,70 +373,78 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     if (in[i] < 0 || in[i] >= V) fail("GPT forward: token id {} out of range [0, {})", in[i], V);
   be->to_device(tok_d, in, sizeof(int32_t) * N);
   refresh_bf16();
-  const float eps = cfg.norm_eps;
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
   {
     PROF("embedding", "fwd", 0, 8.0 * N * d);
     be->embedding_fwd(tok_d, P.as<float>() + off_wte, la[0].x, N, d);
   }
-  for (int l = 0; l < L; ++l) {
-    LayerAct& a = la[l];
-    const LayerOff& lo = loff[l];
-    float* xout = l + 1 < L ? la[l + 1].x : x_final;
-    {
-      PROF("rmsnorm.attn", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
-      norm_to_mm(a.x, lo.attn_g, a.ln1_mm, a.ln1_rstd, N);
-    }
-    {
-      PROF("matmul.qkv", "fwd", 2.0 * N * d * qkvw, mmb * (N * d + int64_t(qkvw) * d) + 4.0 * N * qkvw);
-      be->linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv, N, d, qkvw);
-    }
-    {
-      PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
-      be->qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps, cos_t,
-                        sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
-    }
-    {
-      PROF("attention", "fwd", 2.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (2 * qw + 2 * kvw));
-      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd);
-    }
-    {
-      PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
-      be->merge_heads(a.o, a.att_mm, mmt(), qw, B, T, H, hd);
-    }
-    {
-      PROF("matmul.wo", "fwd", 2.0 * N * qw * d, mmb * (N * qw + int64_t(qw) * d) + 4.0 * N * d);
-      be->linear_fwd(prec, a.att_mm, w(lo.wo), tmp_d, N, qw, d);
-    }
-    {
-      PROF("residual", "fwd", N * d, 12.0 * N * d);
-      be->residual_fwd(a.x, tmp_d, a.mid, N * d);
-    }
-    {
-      PROF("rmsnorm.mlp", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
-      norm_to_mm(a.mid, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N);
-    }
-    {
-      PROF("matmul.mlp_in", "fwd", 2.0 * N * d * hw, mmb * (N * d + int64_t(hw) * d) + 4.0 * N * hw);
-      be->linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
-    }
-    {
-      PROF("activation", "fwd", 8.0 * N * Hd, (4.0 * hw + mmb * Hd + 4.0 * Hd) * N);
-      be->activation_fwd(act, a.h, a.act_mm, mmt(), N, Hd);
-    }
-    {
-      PROF("matmul.mlp_out", "fwd", 2.0 * N * Hd * d, mmb * (N * Hd + int64_t(Hd) * d) + 4.0 * N * d);
-      be->linear_fwd(prec, a.act_mm, w(lo.w_out), tmp_d, N, Hd, d);
-    }
-    {
-      PROF("residual", "fwd", N * d, 12.0 * N * d);
-      be->residual_fwd(a.mid, tmp_d, xout, N * d);
-    }
-  }
+  for (int l = 0; l < L; ++l)
+    block_fwd(loff[l], la[l], l + 1 < L ? la[l + 1].x : x_final, qkv, tmp_d, N, B, T, nullptr, nullptr, nullptr,
+              cos_t, sin_t);
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
     norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
   }
+}
+
+void GPTImpl::infer_reserve(int64_t N, int T_) {
+  const int64_t head_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 22) / Vp));
+  if (N <= inf.N && T_ <= inf.T && inf.buf.bytes() > 0) return;
+  N = std::max(N, inf.N);
+  T_ = std::max(T_, inf.T);
+  const int64_t hr = std::max(head_rows, inf.head_rows);
+  const int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd, qw});
+  std::vector<std::pair<float**, int64_t>> plan;
+  int64_t total = 0;
+  auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
+  LayerAct& a = inf.a;
+  carve(&a.x, N * d);
+  carve(&a.mid, N * d);
+  carve(&a.ln1_rstd, N);
+  carve(&a.ln1_mm, N * d);
+  if (cfg.qk_norm) {
+    carve(&a.qraw, N * qw);
+    carve(&a.kraw, N * kvw);
+    carve(&a.q_rstd, N * H);
+    carve(&a.k_rstd, N * Hkv);
+  } else {
+    a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
+  }
+  carve(&a.q, N * qw);
+  carve(&a.k, N * kvw);
+  carve(&a.v, N * kvw);
+  carve(&a.o, N * qw);
+  a.lse = nullptr;
+  carve(&a.att_mm, N * qw);
+  carve(&a.ln2_rstd, N);
+  carve(&a.ln2_mm, N * d);
+  carve(&a.h, N * hw);
+  carve(&a.act_mm, N * Hd);
+  carve(&inf.qkv, N * qkvw);
+  carve(&inf.tmp_d, N * wmax);
+  carve(&inf.lnf_rstd, N);
+  carve(&inf.logits, hr * Vp);
+  carve(&inf.rows_mm, hr * d);
+  carve(&inf.cos_t, int64_t(T_) * hd / 2);
+  carve(&inf.sin_t, int64_t(T_) * hd / 2);
+  carve(&inf.loss, N);
+  float *tok = nullptr, *tgt = nullptr, *am = nullptr;
+  carve(&tok, N);  // int32 buffers carved as floats (same size)
+  carve(&tgt, N);
+  carve(&am, N);
+  inf.buf = DeviceBuffer(*be, size_t(total) * 4);
+  int64_t o = 0;
+  for (auto& [dst, n] : plan) {
+    *dst = inf.buf.as<float>() + o;
+    o += n;
+  }
+  inf.tok = reinterpret_cast<int32_t*>(tok);
+  inf.tgt = reinterpret_cast<int32_t*>(tgt);
+  inf.argmax = reinterpret_cast<int32_t*>(am);
+  be->rope_tables(inf.cos_t, inf.sin_t, T_, hd, cfg.rope_base);
+  inf.N = N;
+  inf.T = T_;
+  inf.head_rows = hr;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -560,6 +666,133 @@ void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
   }
   for (int b = 0; b < B; ++b)
     for (int j = m.V; j < Vp; ++j) out[int64_t(b) * Vp + j] = -INFINITY;
+}
+
+// ---- inference with a KV cache ------------------------------------------------------------------
+KVCache::KVCache(Backend& be, int n_layer, int64_t floats, bool shared)
+    : be_(&be), n_layer_(n_layer), shared_(shared) {
+  reserve(floats);
+}
+
+void KVCache::reserve(int64_t floats) {
+  if (floats <= floats_) return;
+  const int copies = shared_ ? 1 : n_layer_;
+  k_ = DeviceBuffer(*be_, size_t(floats) * copies * 4);
+  v_ = DeviceBuffer(*be_, size_t(floats) * copies * 4);
+  floats_ = floats;
+}
+
+void* KVCache::hidden_for(int64_t rows, size_t row_bytes) {
+  if (size_t(rows) * row_bytes > hidden_.bytes()) hidden_ = DeviceBuffer(*be_, size_t(rows) * row_bytes);
+  hidden_rows_ = rows;
+  return hidden_.as<void>();
+}
+
+float* KVCache::k(int layer) const { return k_.as<float>() + (shared_ ? 0 : int64_t(layer) * floats_); }
+float* KVCache::v(int layer) const { return v_.as<float>() + (shared_ ? 0 : int64_t(layer) * floats_); }
+
+void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVSegment>& segs, KVCache& cache,
+                         int max_pos) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  Profiler* prof = m.prof;
+  m.have_fwd = false;  // nothing is kept for a backward
+  if (N <= 0) fail("GPT cached forward: no tokens");
+  for (int64_t i = 0; i < N; ++i)
+    if (tokens[i] < 0 || tokens[i] >= m.V) fail("GPT cached forward: token id {} out of range [0, {})", tokens[i], m.V);
+  int64_t covered = 0;
+  for (const KVSegment& sg : segs) {
+    if (sg.n <= 0 || sg.off < 0 || sg.off + sg.n > N || sg.pos0 < 0 || sg.pos0 + sg.n > sg.ldT ||
+        sg.pos0 + sg.n > max_pos || sg.cache < 0 || sg.cache + int64_t(m.Hkv) * sg.ldT * m.hd > cache.floats())
+      fail("GPT cached forward: a segment of {} tokens at position {} does not fit its cache area", sg.n, sg.pos0);
+    covered += sg.n;
+  }
+  if (covered != N) fail("GPT cached forward: segments cover {} of {} tokens", covered, N);
+  m.infer_reserve(N, max_pos);
+  m.refresh_bf16();
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  const int d = m.d;
+  LayerAct& a = m.inf.a;
+  be.to_device(m.inf.tok, tokens, sizeof(int32_t) * N);
+  {
+    PROF("embedding", "fwd", 0, 8.0 * N * d);
+    be.embedding_fwd(m.inf.tok, m.P.as<float>() + m.off_wte, a.x, N, d);
+  }
+  for (int l = 0; l < m.L; ++l)
+    m.block_fwd(m.loff[l], a, a.x, m.inf.qkv, m.inf.tmp_d, N, 1, 0, &segs, cache.k(l), cache.v(l), m.inf.cos_t,
+                m.inf.sin_t);
+  {
+    PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
+    m.norm_to_mm(a.x, m.off_fg, static_cast<float*>(cache.hidden_for(N, size_t(d) * mmb)), m.inf.lnf_rstd, N);
+  }
+}
+
+namespace {
+// Copies the listed rows of `src` (row size `row_bytes`) to consecutive rows of `dst`, on the device.
+void gather_rows(Backend& be, const void* src, void* dst, const int64_t* rows, int64_t n, size_t row_bytes) {
+  for (int64_t r = 0; r < n; ++r)
+    be.copy(static_cast<char*>(dst) + r * row_bytes, static_cast<const char*>(src) + rows[r] * row_bytes, row_bytes);
+}
+}  // namespace
+
+void GPT::cached_logits(const KVCache& cache, const int64_t* rows, int64_t n, float* out) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  Profiler* prof = m.prof;
+  const int d = m.d, Vp = m.Vp;
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  for (int64_t r = 0; r < n; ++r)
+    if (rows[r] < 0 || rows[r] >= cache.hidden_rows()) fail("GPT cached logits: row {} outside the last forward", rows[r]);
+  for (int64_t r0 = 0; r0 < n; r0 += m.inf.head_rows) {
+    const int64_t nr = std::min<int64_t>(m.inf.head_rows, n - r0);
+    gather_rows(be, cache.hidden(), m.inf.rows_mm, rows + r0, nr, size_t(d) * mmb);
+    {
+      PROF("matmul.head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + int64_t(Vp) * d) + 4.0 * nr * Vp);
+      be.linear_fwd(m.prec, m.inf.rows_mm, m.w(m.off_head), m.inf.logits, nr, d, Vp);
+    }
+    be.softcap_fwd(m.inf.logits, nr * Vp, m.cfg.logit_softcap);
+    be.to_host(out + r0 * Vp, m.inf.logits, sizeof(float) * nr * Vp);
+  }
+  for (int64_t r = 0; r < n; ++r)
+    for (int j = m.V; j < Vp; ++j) out[r * Vp + j] = -INFINITY;
+}
+
+void GPT::cached_score(const KVCache& cache, const int32_t* targets, float* loss, int32_t* argmax) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  Profiler* prof = m.prof;
+  const int64_t N = cache.hidden_rows();
+  const int d = m.d, V = m.V, Vp = m.Vp;
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  std::vector<int64_t> at;
+  for (int64_t i = 0; i < N; ++i) {
+    loss[i] = 0.0f;
+    argmax[i] = -1;
+    if (targets[i] >= V) fail("GPT cached score: target id {} out of range [0, {})", targets[i], V);
+    if (targets[i] >= 0) at.push_back(i);
+  }
+  std::vector<int32_t> tg(size_t(m.inf.head_rows)), am(tg.size());
+  std::vector<float> lo(tg.size());
+  for (size_t c0 = 0; c0 < at.size(); c0 += size_t(m.inf.head_rows)) {
+    const int64_t nr = std::min<int64_t>(m.inf.head_rows, int64_t(at.size() - c0));
+    gather_rows(be, cache.hidden(), m.inf.rows_mm, at.data() + c0, nr, size_t(d) * mmb);
+    for (int64_t r = 0; r < nr; ++r) tg[size_t(r)] = targets[at[c0 + size_t(r)]];
+    be.to_device(m.inf.tgt, tg.data(), sizeof(int32_t) * nr);
+    {
+      PROF("matmul.head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + int64_t(Vp) * d) + 4.0 * nr * Vp);
+      be.linear_fwd(m.prec, m.inf.rows_mm, m.w(m.off_head), m.inf.logits, nr, d, Vp);
+    }
+    {
+      PROF("softcap_xent", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
+      be.softcap_xent(m.inf.logits, m.inf.tgt, nr, V, Vp, m.cfg.logit_softcap, m.inf.loss, m.inf.argmax, false, 0.0f);
+    }
+    be.to_host(lo.data(), m.inf.loss, sizeof(float) * nr);
+    be.to_host(am.data(), m.inf.argmax, sizeof(int32_t) * nr);
+    for (int64_t r = 0; r < nr; ++r) {
+      loss[at[c0 + size_t(r)]] = lo[size_t(r)];
+      argmax[at[c0 + size_t(r)]] = am[size_t(r)];
+    }
+  }
 }
 
 std::vector<Param>& GPT::params() { return impl->params; }

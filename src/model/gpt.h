@@ -29,6 +29,42 @@ struct Param {
   void grad_to_host(float* dst) const;
 };
 
+// A run of packed tokens that attends as one causal sequence (inference with a KV cache): tokens
+// [off, off + n) sit at positions pos0.. and see the keys cached at [0, pos0) of their cache area
+// plus their own. The area starts `cache` floats into each layer's K/V buffer and holds ldT
+// positions per kv head ([Hkv, ldT, hd]).
+struct KVSegment {
+  int64_t off = 0;
+  int n = 0, pos0 = 0;
+  int64_t cache = 0;
+  int ldT = 0;
+};
+
+// Keys and values of past positions, on the model's device: `floats` floats of K and of V per layer,
+// or one K/V pair that every layer shares (for forwards that are complete in themselves, as in
+// scoring: each layer then overwrites the previous layer's keys after using them). It also holds the
+// final-norm hidden states of the last forward_cached that used it, which the head reads, so two
+// caches on one model never see each other's results.
+class KVCache {
+ public:
+  KVCache(Backend& be, int n_layer, int64_t floats, bool shared_layers);
+  void reserve(int64_t floats);  // grows (contents are lost)
+  int64_t floats() const { return floats_; }
+  float* k(int layer) const;
+  float* v(int layer) const;
+  void* hidden_for(int64_t rows, size_t row_bytes);  // (re)sizes the hidden-state rows
+  const void* hidden() const { return hidden_.as<void>(); }
+  int64_t hidden_rows() const { return hidden_rows_; }
+
+ private:
+  Backend* be_;
+  int n_layer_;
+  bool shared_;
+  int64_t floats_ = 0;
+  DeviceBuffer k_, v_, hidden_;
+  int64_t hidden_rows_ = 0;
+};
+
 struct GPTImpl;
 struct GPT {
   // Allocates params, grads and activations on `be`; the matmul precision comes from
@@ -49,6 +85,20 @@ struct GPT {
   void zero_grad();
   // Full logits for the last position of each row (B*padded_vocab, softcapped), for sampling.
   void last_logits(const int32_t* inputs, int B, int T, float* out);
+
+  // ---- inference with a KV cache: the same blocks as forward(), driven by eval/kv_decode.h ----
+  // N packed tokens in segments (covering all N); each segment's keys/values are written into its
+  // cache area before its queries attend over it. Positions must be < max_pos (RoPE tables). Keeps
+  // the final-norm hidden states of these N tokens in `cache` for cached_logits/cached_score; no
+  // backward follows.
+  void forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVSegment>& segs, KVCache& cache,
+                      int max_pos);
+  // Softcapped logits of the listed rows of the last forward_cached: out[n * padded_vocab] (host),
+  // padding columns -inf.
+  void cached_logits(const KVCache& cache, const int64_t* rows, int64_t n, float* out);
+  // Loss (nats) and argmax at the rows of the last forward_cached whose target is >= 0 (0 / -1
+  // elsewhere); the head matmul runs only on those rows. Host arrays of that forward's N.
+  void cached_score(const KVCache& cache, const int32_t* targets, float* loss, int32_t* argmax);
 
   std::vector<Param>& params();
   int64_t num_params() const;
