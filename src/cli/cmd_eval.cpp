@@ -38,7 +38,7 @@ void register_eval_commands(CLI::App& app) {
 
   // ---- eval bpb ----
   struct BpbArgs {
-    std::string checkpoint, data, json;
+    std::string checkpoint, data, json, device = "auto";
     int64_t val_tokens = 1 << 20;
     int batch = 8, seq_len = 0;
   };
@@ -50,8 +50,9 @@ void register_eval_commands(CLI::App& app) {
   bpb->add_option("--batch", ba->batch, "Rows per forward");
   bpb->add_option("--seq-len", ba->seq_len, "Row length T (default: the model's seq_len)");
   bpb->add_option("--json", ba->json, "Write the result as JSON");
+  bpb->add_option("--device", ba->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   bpb->callback([ba] {
-    LoadedModel lm = load_model_for_eval(ba->checkpoint, ba->batch, ba->seq_len);
+    LoadedModel lm = load_model_for_eval(ba->checkpoint, ba->batch, ba->seq_len, ba->device);
     std::string data = resolve_data_dir(lm, ba->data);
     int T = ba->seq_len > 0 ? ba->seq_len : lm.cfg.model.seq_len;
     BpbResult r = eval_bpb(*lm.gpt, data, ba->val_tokens, ba->batch, T);
@@ -65,7 +66,7 @@ void register_eval_commands(CLI::App& app) {
 
   // ---- eval core ----
   struct CoreArgs {
-    std::string checkpoint, bundle, tokenizer, data, tasks, json, csv;
+    std::string checkpoint, bundle, tokenizer, data, tasks, json, csv, device = "auto";
     int max_per_task = 0, batch = 8;
     bool quiet = false;
   };
@@ -81,9 +82,11 @@ void register_eval_commands(CLI::App& app) {
   core->add_option("--json", ca->json, "Write per-task results and CORE as JSON");
   core->add_option("--csv", ca->csv, "Write the table in the layout of core/reference/*.csv");
   core->add_flag("--quiet", ca->quiet, "No progress on stderr");
+  core->add_option("--device", ca->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   core->callback([ca] {
-    // The GPT only holds the weights here: scoring runs in a KVDecoder with its own buffers.
-    LoadedModel lm = load_model_for_eval(ca->checkpoint, 1, 1);
+    // Built for one short row: scoring runs through KVDecoder, which sizes its own caches and the
+    // model's inference scratch.
+    LoadedModel lm = load_model_for_eval(ca->checkpoint, 1, 1, ca->device);
     Tokenizer tok = resolve_tokenizer(lm, ca->tokenizer, ca->data);
     CoreOptions opt;
     opt.bundle = ca->bundle;
@@ -102,7 +105,7 @@ void register_eval_commands(CLI::App& app) {
 
   // ---- sample ----
   struct SampleArgs {
-    std::string checkpoint, prompt, tokenizer, data;
+    std::string checkpoint, prompt, tokenizer, data, device = "auto";
     SampleOptions o;
     bool no_bos = false, stop = false;
   };
@@ -117,8 +120,9 @@ void register_eval_commands(CLI::App& app) {
   smp->add_option("--tokenizer", sa->tokenizer, "Tokenizer file or folder (default: the run's dataset)");
   smp->add_option("--data", sa->data, "Dataset folder whose tokenizer to use");
   smp->add_flag("--stop-at-bos", sa->stop, "Stop at the end-of-document token");
+  smp->add_option("--device", sa->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   smp->callback([sa] {
-    LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 1);  // generation uses a KVDecoder
+    LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 1, sa->device);  // generation uses a KVDecoder
     Tokenizer tok = resolve_tokenizer(lm, sa->tokenizer, sa->data);
     std::vector<int32_t> prompt{(int32_t)tok.bos_id()};
     for (uint32_t id : tok.encode(sa->prompt)) prompt.push_back((int32_t)id);

@@ -11,7 +11,7 @@ namespace clm {
 
 namespace fs = std::filesystem;
 
-LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T) {
+LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T, const std::string& device) {
   LoadedModel m;
   if (!path_exists(path)) fail("checkpoint {} does not exist", path);
   m.checkpoint = fs::is_directory(path) ? latest_checkpoint(path) : path;
@@ -28,7 +28,8 @@ LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T) {
     }
   }
   int T = max_T > 0 ? max_T : m.cfg.model.seq_len;
-  m.gpt = std::make_unique<GPT>(m.cfg.model, std::max(1, max_B), T);
+  m.device = make_backend(device);
+  m.gpt = std::make_unique<GPT>(m.cfg.model, std::max(1, max_B), T, *m.device);
   load_checkpoint_weights(m.checkpoint, *m.gpt);  // verified; the optimizer state is not needed
   m.gpt->weights_changed();
   m.gpt->set_grad_enabled(false);

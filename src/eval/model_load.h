@@ -19,11 +19,13 @@ struct LoadedModel {
   nlohmann::json meta;             // the checkpoint's metadata (step, tokens, ...)
   nlohmann::json run;              // RUN/run.json, or null
   RunConfig cfg;
+  std::shared_ptr<Backend> device; // where the model lives
   std::unique_ptr<GPT> gpt;        // weights loaded; gradients disabled
 };
 
-// max_B rows per forward; max_T = 0 means the model's seq_len.
-LoadedModel load_model_for_eval(const std::string& checkpoint_or_run, int max_B, int max_T = 0);
+// max_B rows per forward; max_T = 0 means the model's seq_len; device as --device (cpu, cuda, auto).
+LoadedModel load_model_for_eval(const std::string& checkpoint_or_run, int max_B, int max_T = 0,
+                                const std::string& device = "auto");
 // --data if given, else the dataset the run recorded; throws Error naming what is missing.
 std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag);
 // --tokenizer if given, else the tokenizer of --data, else of the run's dataset. Checks that the
