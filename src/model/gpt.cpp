@@ -130,6 +130,35 @@ struct GPTImpl {
     int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr;
   } inf;
 
+  // Plans one block's activations for N rows (`carve(&ptr, floats)`); the attention log-sum-exp
+  // only when a backward will read it.
+  template <typename Carve>
+  void carve_layer(LayerAct& a, int64_t N, Carve&& carve, bool for_backward) {
+    carve(&a.x, N * d);
+    carve(&a.mid, N * d);
+    carve(&a.ln1_rstd, N);
+    carve(&a.ln1_mm, N * d);
+    if (cfg.qk_norm) {  // the fused head stage writes the pre-norm heads and their rstd
+      carve(&a.qraw, N * qw);
+      carve(&a.kraw, N * kvw);
+      carve(&a.q_rstd, N * H);
+      carve(&a.k_rstd, N * Hkv);
+    } else {
+      a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
+    }
+    carve(&a.q, N * qw);
+    carve(&a.k, N * kvw);
+    carve(&a.v, N * kvw);
+    carve(&a.o, N * qw);
+    if (for_backward) carve(&a.lse, N * H);
+    else a.lse = nullptr;
+    carve(&a.att_mm, N * qw);
+    carve(&a.ln2_rstd, N);
+    carve(&a.ln2_mm, N * d);
+    carve(&a.h, N * hw);
+    carve(&a.act_mm, N * Hd);
+  }
+
   void build();
   // One block on N rows: x -> xout (may be the same buffer). Without segments, the rows are B x T
   // training rows and attention runs over the block's own keys; with segments (inference), each
@@ -222,31 +251,8 @@ void GPTImpl::build() {
   std::vector<std::pair<float**, int64_t>> plan;
   auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
   la.resize(L);
-  const bool qkn = c.qk_norm;
   for (int i = 0; i < L; ++i) {
-    LayerAct& a = la[i];
-    carve(&a.x, N * d);
-    carve(&a.mid, N * d);
-    carve(&a.ln1_rstd, N);
-    carve(&a.ln1_mm, N * d);
-    if (qkn) {
-      carve(&a.qraw, N * qw);
-      carve(&a.kraw, N * kvw);
-      carve(&a.q_rstd, N * H);
-      carve(&a.k_rstd, N * Hkv);
-    } else {
-      a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
-    }
-    carve(&a.q, N * qw);
-    carve(&a.k, N * kvw);
-    carve(&a.v, N * kvw);
-    carve(&a.o, N * qw);
-    carve(&a.lse, N * H);
-    carve(&a.att_mm, N * qw);
-    carve(&a.ln2_rstd, N);
-    carve(&a.ln2_mm, N * d);
-    carve(&a.h, N * hw);
-    carve(&a.act_mm, N * Hd);
+    carve_layer(la[i], N, carve, true);
   }
   int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd});
   carve(&x_final, N * d);
@@ -397,29 +403,7 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
   std::vector<std::pair<float**, int64_t>> plan;
   int64_t total = 0;
   auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
-  LayerAct& a = inf.a;
-  carve(&a.x, N * d);
-  carve(&a.mid, N * d);
-  carve(&a.ln1_rstd, N);
-  carve(&a.ln1_mm, N * d);
-  if (cfg.qk_norm) {
-    carve(&a.qraw, N * qw);
-    carve(&a.kraw, N * kvw);
-    carve(&a.q_rstd, N * H);
-    carve(&a.k_rstd, N * Hkv);
-  } else {
-    a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
-  }
-  carve(&a.q, N * qw);
-  carve(&a.k, N * kvw);
-  carve(&a.v, N * kvw);
-  carve(&a.o, N * qw);
-  a.lse = nullptr;
-  carve(&a.att_mm, N * qw);
-  carve(&a.ln2_rstd, N);
-  carve(&a.ln2_mm, N * d);
-  carve(&a.h, N * hw);
-  carve(&a.act_mm, N * Hd);
+  carve_layer(inf.a, N, carve, false);  // no log-sum-exp: no backward follows
   carve(&inf.qkv, N * qkvw);
   carve(&inf.tmp_d, N * wmax);
   carve(&inf.lnf_rstd, N);
