@@ -1,0 +1,1248 @@
+// Backend op tests ("test-backend-ops"): every op of the Backend interface, on every backend this
+// machine has (available_backends()), through device memory only: inputs go up with to_device,
+// results come back with to_host. Forward results are compared with float64 references, backward
+// results with central finite differences of those references, on odd shapes (not multiples of any
+// tile). The CPU backend is the reference implementation; another backend must pass the same tests.
+//
+// Outputs an op overwrites (=) start as NaN, so an element it forgets to write, or adds into,
+// shows; outputs it adds into (+=) start at known values that the references include.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/common.h"
+
+using namespace clm;
+using VecD = std::vector<double>;
+using VecF = std::vector<float>;
+using VecI = std::vector<int32_t>;
+using VecH = std::vector<bf16>;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr bf16 kBf16NaN = 0x7fc0;
+// Rounding to bf16 keeps 8 significant bits, so it moves a value v by at most half an ulp, which
+// is at most 2^-8 |v|. Every bf16 output is allowed that on top of its fp32 tolerance.
+constexpr double kBf16Rel = 1.0 / 256;
+constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff
+
+// ---- host data ---------------------------------------------------------------------------------
+VecF randn(size_t n, uint64_t seed, float s = 1.0f) {
+  Rng r(seed);
+  VecF v(n);
+  for (auto& x : v) x = s * r.normal();
+  return v;
+}
+VecD to_d(const VecF& v) { return VecD(v.begin(), v.end()); }
+VecF widen(const VecH& v) {
+  VecF out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+VecH bf16_bits(const VecF& v) {
+  VecH out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+VecF round_bf16(const VecF& v) { return widen(bf16_bits(v)); }
+double dot(const VecD& a, const VecF& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+// ---- device data ---------------------------------------------------------------------------------
+// A device copy of a host vector: allocated and uploaded on construction, read back with get().
+template <typename T>
+class Dev {
+ public:
+  Dev(Backend& be, const std::vector<T>& host)
+      : be_(&be), n_(host.size()), buf_(be, std::max<size_t>(n_, 1) * sizeof(T)) {
+    be.to_device(buf_.as<void>(), host.data(), n_ * sizeof(T));
+  }
+  T* p() const { return buf_.as<T>(); }
+  size_t size() const { return n_; }
+  std::vector<T> get() const {
+    std::vector<T> h(n_);
+    be_->to_host(h.data(), buf_.as<void>(), n_ * sizeof(T));
+    return h;
+  }
+
+ private:
+  Backend* be_;
+  size_t n_;
+  DeviceBuffer buf_;
+};
+
+// An output that starts as NaN, for ops that overwrite it.
+Dev<float> nan_out(Backend& be, size_t n) { return Dev<float>(be, VecF(n, kNaN)); }
+
+// Runs `op` on an n-element output of dtype `t` (F32 or BF16, starting as NaN) and returns the
+// result as fp32.
+VecF run_with_output(Backend& be, DType t, size_t n, const std::function<void(void*)>& op) {
+  if (t == DType::BF16) {
+    Dev<bf16> y(be, VecH(n, kBf16NaN));
+    op(y.p());
+    return widen(y.get());
+  }
+  Dev<float> y = nan_out(be, n);
+  op(y.p());
+  return y.get();
+}
+
+// ---- comparisons -------------------------------------------------------------------------------
+// |got[i] - ref[i]| <= abs + rel * scale[i] for every i (scale = |ref| unless given); reports the
+// worst element. NaN never passes.
+void expect_close(const VecF& got, const VecD& ref, double abs, double rel, const std::string& what,
+                  const VecD* scale = nullptr) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double s = scale ? (*scale)[i] : std::abs(ref[i]);
+    double e = std::abs(double(got[i]) - ref[i]) / (abs + rel * s);
+    if (std::isnan(e)) e = INFINITY;
+    if (e > worst) {
+      worst = e;
+      wi = i;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what << ": element " << wi << " is " << got[wi] << ", want " << ref[wi]
+                        << " (tolerance " << abs << " + " << rel << " * scale)";
+}
+
+template <typename T>
+void expect_same(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0)
+        << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+}
+
+// Backward check. `loss` is the float64 reference of sum(op output * R) as a function of one input
+// x, so its gradient is what the op's backward must return for x. Central differences at `samples`
+// coordinates (all when samples <= 0) must match `grad` within tol * max(1, max |fd|), plus
+// rel_extra * |fd| (kBf16Rel for a backward that writes bf16).
+void check_grad(const std::function<double(const VecD&)>& loss, const VecF& x, const VecF& grad,
+                double tol, int samples, const std::string& what, double rel_extra = 0) {
+  ASSERT_EQ(x.size(), grad.size()) << what;
+  VecD xd = to_d(x);
+  Rng pick(99);
+  const size_t n = x.size();
+  const size_t m = samples <= 0 ? n : size_t(samples);
+  std::vector<size_t> idx(m);
+  VecD fd(m);
+  double max_g = 0;
+  for (size_t s = 0; s < m; ++s) {
+    size_t i = samples <= 0 ? s : size_t(pick.next() % n);
+    double h = 1e-5 * std::max(1.0, std::abs(xd[i]));
+    double old = xd[i];
+    xd[i] = old + h;
+    double lp = loss(xd);
+    xd[i] = old - h;
+    double lm = loss(xd);
+    xd[i] = old;
+    idx[s] = i;
+    fd[s] = (lp - lm) / (2 * h);
+    max_g = std::max(max_g, std::abs(fd[s]));
+  }
+  const double lim = tol * std::max(1.0, max_g);
+  double worst = 0;
+  size_t ws = 0;
+  for (size_t s = 0; s < m; ++s) {
+    double e = std::abs(fd[s] - grad[idx[s]]) / (lim + rel_extra * std::abs(fd[s]));
+    if (std::isnan(e)) e = INFINITY;
+    if (e > worst) {
+      worst = e;
+      ws = s;
+    }
+  }
+  if (m == 0) return;
+  EXPECT_LE(worst, 1.0) << what << ": coordinate " << idx[ws] << " analytic " << grad[idx[ws]]
+                        << " vs finite difference " << fd[ws] << " (max |g| " << max_g << ")";
+}
+
+// ---- fixture: one instance per backend -------------------------------------------------------------
+class BackendOps : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { be_ = make_backend(GetParam()); }
+  Backend& be() { return *be_; }
+
+ private:
+  std::shared_ptr<Backend> be_;
+};
+
+std::string backend_test_name(const testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;  // "cpu", "cuda:0" -> "cuda_0" (test names are identifiers)
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, testing::ValuesIn(available_backends()),
+                         backend_test_name);
+
+// =================================================================================================
+// Memory
+// =================================================================================================
+TEST_P(BackendOps, MemoryRoundTrip) {
+  Backend& b = be();
+  EXPECT_FALSE(b.name().empty());
+  DeviceBuffer fresh(b, 1001);  // alloc is zero-filled
+  std::vector<uint8_t> h(1001, 0xAB);
+  b.to_host(h.data(), fresh.as<void>(), h.size());
+  for (uint8_t v : h) ASSERT_EQ(v, 0);
+
+  VecF x = randn(257, 1);
+  Dev<float> a(b, x);
+  EXPECT_EQ(a.get(), x);
+  Dev<float> c = nan_out(b, 257);
+  b.copy(c.p() + 3, a.p() + 5, 17 * sizeof(float));  // device to device, at offsets
+  b.zero(c.p() + 100, 57 * sizeof(float));
+  b.synchronize();
+  VecF got = c.get();
+  for (int i = 0; i < 257; ++i) {
+    if (i >= 3 && i < 20) EXPECT_EQ(got[i], x[i + 2]) << i;
+    else if (i >= 100 && i < 157) EXPECT_TRUE(same_bits(got[i], 0.0f)) << i;
+    else EXPECT_TRUE(std::isnan(got[i])) << i;
+  }
+  auto t = b.timer();
+  t->start();
+  b.scale(a.p(), 2.0f, 257);
+  EXPECT_GE(t->stop(), 0.0);
+}
+
+// =================================================================================================
+// bf16 conversions
+// =================================================================================================
+TEST_P(BackendOps, Bf16Conversions) {
+  Backend& b = be();
+  // Round-to-nearest-even, ties included: the scalar f32_to_bf16 of dtype.h is the rule.
+  VecF special = {0.0f, -0.0f, 1.0f, -2.5f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -(1.0f + 1.0f / 256),
+                  65504.0f, 1e-30f, std::numeric_limits<float>::max(), INFINITY, -INFINITY, kNaN};
+  VecF x = randn(1001, 1, 3.0f);
+  x.insert(x.end(), special.begin(), special.end());
+  Dev<float> xd(b, x);
+  Dev<bf16> yd(b, VecH(x.size(), 0x1234));
+  b.f32_to_bf16(xd.p(), yd.p(), int64_t(x.size()));
+  VecH y = yd.get();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i])) {  // any quiet NaN will do (devices differ in the payload they keep)
+      EXPECT_TRUE(std::isnan(bf16_to_f32(y[i])));
+      continue;
+    }
+    ASSERT_EQ(y[i], f32_to_bf16(x[i])) << i << " " << x[i];
+    if (std::isfinite(bf16_to_f32(y[i])))  // (FLT_MAX rightly overflows to infinity)
+      EXPECT_LE(std::abs(bf16_to_f32(y[i]) - x[i]), kBf16Rel * std::abs(x[i])) << i;
+  }
+  EXPECT_EQ(y[1001 + 2], 0x3f80);  // 1.0
+  EXPECT_EQ(y[1001 + 4], 0x3f80);  // tie -> even
+  EXPECT_EQ(y[1001 + 5], 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(y[1001 + 9], 0x7f80);  // FLT_MAX is past bf16's largest finite value + half an ulp
+
+  // bf16 -> fp32 is exact: every one of the 65536 bit patterns.
+  VecH all(65536);
+  for (int i = 0; i < 65536; ++i) all[i] = bf16(i);
+  Dev<bf16> ad(b, all);
+  Dev<float> wd = nan_out(b, all.size());
+  b.bf16_to_f32(ad.p(), wd.p(), int64_t(all.size()));
+  VecF w = wd.get();
+  for (int i = 0; i < 65536; ++i) {
+    float want = bf16_to_f32(bf16(i));
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(w[i])) << i;
+    else ASSERT_TRUE(same_bits(w[i], want)) << i;
+  }
+
+  // convert(): a copy for F32 (also in place), a rounding for BF16, an Error otherwise.
+  VecF r = randn(333, 2);
+  Dev<float> rd(b, r);
+  Dev<float> cf = nan_out(b, r.size());
+  b.convert(rd.p(), cf.p(), int64_t(r.size()), DType::F32);
+  EXPECT_EQ(cf.get(), r);
+  b.convert(rd.p(), rd.p(), int64_t(r.size()), DType::F32);
+  EXPECT_EQ(rd.get(), r);
+  Dev<bf16> cb(b, VecH(r.size(), kBf16NaN));
+  b.convert(rd.p(), cb.p(), int64_t(r.size()), DType::BF16);
+  EXPECT_EQ(cb.get(), bf16_bits(r));
+  EXPECT_THROW(b.convert(rd.p(), cf.p(), 1, DType::I32), Error);
+}
+
+// =================================================================================================
+// gemm and the linear helpers
+// =================================================================================================
+// fp32 accumulation of K products: in practice (sequential, blocked or tree order) the rounding
+// error grows like sqrt(K) * u * sum_k |a_k b_k|; 8x that is the bound. Inputs rounded to TF32
+// (10-bit mantissa) would miss it by an order of magnitude, so a device that silently multiplies
+// "fp32" in TF32 fails. bf16 precision rounds the inputs, which the reference rounds identically,
+// and accumulates in fp32: the same bound.
+static void gemm_case(Backend& be, MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      bool acc) {
+  SCOPED_TRACE(testing::Message() << prec_name(prec) << " ta" << ta << " tb" << tb << " M" << M
+                                  << " N" << N << " K" << K << " acc" << acc);
+  VecF a = randn(M * K, 11 + M + K), bm = randn(K * N, 12 + N), c0 = randn(M * N, 13);
+  Dev<float> ad(be, a), bd(be, bm);
+  Dev<float> cd(be, acc ? c0 : VecF(M * N, kNaN));
+  Dev<bf16> ah(be, VecH(a.size())), bh(be, VecH(bm.size()));
+  const void* A = ad.p();
+  const void* B = bd.p();
+  if (prec == MatPrec::BF16) {
+    be.f32_to_bf16(ad.p(), ah.p(), int64_t(a.size()));
+    be.f32_to_bf16(bd.p(), bh.p(), int64_t(bm.size()));
+    A = ah.p();
+    B = bh.p();
+    a = round_bf16(a);
+    bm = round_bf16(bm);
+  }
+  be.prepare_gemm(prec, ta, tb, M, N, K);
+  be.gemm(prec, ta, tb, M, N, K, A, B, cd.p(), acc);
+  VecD ref(M * N), scale(M * N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = acc ? c0[i * N + j] : 0.0, sa = acc ? std::abs(c0[i * N + j]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        double p = double(ta ? a[k * M + i] : a[i * K + k]) * double(tb ? bm[j * K + k] : bm[k * N + j]);
+        s += p;
+        sa += std::abs(p);
+      }
+      ref[i * N + j] = s;
+      scale[i * N + j] = sa;
+    }
+  expect_close(cd.get(), ref, 1e-30, 8 * kU32 * std::sqrt(double(K + 1)), "C", &scale);
+}
+
+TEST_P(BackendOps, Gemm) {
+  for (MatPrec p : {MatPrec::F32, MatPrec::BF16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool acc : {false, true}) {
+          gemm_case(be(), p, ta, tb, 37, 53, 29, acc);
+          gemm_case(be(), p, ta, tb, 5, 70, 131, acc);
+          gemm_case(be(), p, ta, tb, 1, 1, 1, acc);
+          gemm_case(be(), p, ta, tb, 130, 257, 300, acc);
+        }
+}
+
+TEST_P(BackendOps, GemmBf16RoundsItsInputs) {
+  // bf16 precision really multiplies bf16 values: against the unrounded fp32 inputs its relative
+  // error is that of 8-bit inputs (~2^-9 per product, averaging down over K), far above fp32's.
+  int64_t M = 33, N = 65, K = 96;
+  VecF a = randn(M * K, 3), bm = randn(K * N, 4);
+  Dev<bf16> ah(be(), bf16_bits(a)), bh(be(), bf16_bits(bm));
+  Dev<float> c = nan_out(be(), M * N);
+  be().gemm(MatPrec::BF16, false, false, M, N, K, ah.p(), bh.p(), c.p(), false);
+  VecF got = c.get();
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(a[i * K + k]) * bm[k * N + j];
+      err += (s - got[i * N + j]) * (s - got[i * N + j]);
+      norm += s * s;
+    }
+  EXPECT_LT(std::sqrt(err / norm), 1e-2);
+  EXPECT_GT(std::sqrt(err / norm), 1e-4);
+}
+
+TEST_P(BackendOps, Linear) {
+  // y = x W^T and its two backward products, against finite differences of the float64 layer (on
+  // the inputs as the precision rounds them). 13-term fp32 sums are good to ~1e-7: y within 2e-6,
+  // gradients within 1e-5 of the finite differences (which are exact to ~1e-9).
+  Backend& b = be();
+  int64_t N = 9, in = 13, out = 7;
+  for (MatPrec p : {MatPrec::F32, MatPrec::BF16}) {
+    SCOPED_TRACE(prec_name(p));
+    const bool h = p == MatPrec::BF16;
+    VecF x = randn(N * in, 5), W = randn(out * in, 6), R = randn(N * out, 7);
+    if (h) {
+      x = round_bf16(x);
+      W = round_bf16(W);
+      R = round_bf16(R);
+    }
+    auto up = [&](const VecF& v) { return Dev<bf16>(b, bf16_bits(v)); };
+    Dev<float> xf(b, x), Wf(b, W), Rf(b, R);
+    Dev<bf16> xh = up(x), Wh = up(W), Rh = up(R);
+    const void* X = h ? (const void*)xh.p() : xf.p();
+    const void* Wp = h ? (const void*)Wh.p() : Wf.p();
+    const void* Rp = h ? (const void*)Rh.p() : Rf.p();
+    Dev<float> y = nan_out(b, N * out), dx = nan_out(b, N * in);
+    VecF dx0 = randn(N * in, 8), dW0 = randn(out * in, 9);
+    Dev<float> dxa(b, dx0), dW(b, dW0);
+    b.linear_fwd(p, X, Wp, y.p(), N, in, out);
+    b.linear_bwd_input(p, Rp, Wp, dx.p(), N, in, out, false);
+    b.linear_bwd_input(p, Rp, Wp, dxa.p(), N, in, out, true);
+    b.linear_bwd_weight(p, Rp, X, dW.p(), N, in, out);
+    auto fwd = [&](const VecD& xx, const VecD& ww) {
+      VecD o(N * out, 0.0);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < out; ++j)
+          for (int64_t i = 0; i < in; ++i) o[n * out + j] += xx[n * in + i] * ww[j * in + i];
+      return o;
+    };
+    expect_close(y.get(), fwd(to_d(x), to_d(W)), 2e-6, 2e-6, "y");
+    VecF g = dx.get(), ga = dxa.get(), gW = dW.get();
+    check_grad([&](const VecD& xx) { return dot(fwd(xx, to_d(W)), R); }, x, g, 1e-5, -1, "dx");
+    for (size_t i = 0; i < ga.size(); ++i) ga[i] -= dx0[i];
+    check_grad([&](const VecD& xx) { return dot(fwd(xx, to_d(W)), R); }, x, ga, 1e-5, -1, "dx +=");
+    for (size_t i = 0; i < gW.size(); ++i) gW[i] -= dW0[i];
+    check_grad([&](const VecD& ww) { return dot(fwd(to_d(x), ww), R); }, W, gW, 1e-5, -1, "dW +=");
+  }
+}
+
+// =================================================================================================
+// Embedding, RMSNorm
+// =================================================================================================
+TEST_P(BackendOps, Embedding) {
+  Backend& b = be();
+  int64_t N = 300, C = 70, V = 50;
+  Rng r(30);
+  VecI tok(N);
+  for (auto& t : tok) t = int32_t(r.next() % (V - 3));  // the last rows are never looked up
+  tok[0] = tok[1] = tok[2] = 7;                          // repeats
+  VecF wte = randn(V * C, 31), R = randn(N * C, 32), dw0 = randn(V * C, 33);
+  Dev<int32_t> td(b, tok);
+  Dev<float> wd(b, wte), Rd(b, R), dwd(b, dw0);
+  Dev<float> out = nan_out(b, N * C);
+  b.embedding_fwd(td.p(), wd.p(), out.p(), N, C);
+  VecF want(N * C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) want[n * C + c] = wte[tok[n] * C + c];
+  expect_same(out.get(), want, "out");  // a copy
+  b.embedding_bwd(td.p(), Rd.p(), dwd.p(), N, C);
+  VecD ref = to_d(dw0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) ref[tok[n] * C + c] += R[n * C + c];
+  // ~6 fp32 terms of O(1) per element, summed in any order: a few ulp.
+  expect_close(dwd.get(), ref, 2e-6, 2e-6, "dwte +=");
+}
+
+static VecD rmsnorm_ref(const VecD& x, const VecD* g, int64_t rows, int64_t C, double eps,
+                        VecD* rstd = nullptr) {
+  VecD y(x.size());
+  if (rstd) rstd->resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += x[r * C + c] * x[r * C + c];
+    double s = 1.0 / std::sqrt(ss / C + eps);
+    if (rstd) (*rstd)[r] = s;
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = x[r * C + c] * s * (g ? (*g)[c] : 1.0);
+  }
+  return y;
+}
+
+TEST_P(BackendOps, RMSNorm) {
+  // Forward: an fp32 sum of C squares and a few products, ~2e-7 relative in any summation order:
+  // y within 2e-6 (+ bf16 rounding), rstd within 1e-6 (room for a device rsqrt of a few ulp).
+  // Backward: within 1e-5 of the finite differences (which are exact to ~1e-9).
+  Backend& b = be();
+  struct Case { int64_t rows, C; int samples; };
+  for (Case cs : {Case{7, 37, -1}, Case{129, 256, 300}})
+    for (bool gain : {false, true})
+      for (DType ot : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << "rows" << cs.rows << " C" << cs.C << " gain" << gain << " "
+                                        << dtype_name(ot));
+        const int64_t rows = cs.rows, C = cs.C;
+        const float eps = 1e-6f;
+        VecF x = randn(rows * C, 21 + C), g = randn(C, 22, 0.5f), R = randn(rows * C, 23);
+        for (auto& v : g) v += 1.0f;
+        Dev<float> xd(b, x), gd(b, g), Rd(b, R);
+        Dev<float> rstd = nan_out(b, rows);
+        const float* gp = gain ? gd.p() : nullptr;
+        VecF y = run_with_output(b, ot, rows * C, [&](void* out) {
+          b.rmsnorm_fwd(xd.p(), gp, out, ot, rstd.p(), rows, C, eps);
+        });
+        VecD gdd = to_d(g), rr;
+        const VecD* gref = gain ? &gdd : nullptr;
+        VecD yr = rmsnorm_ref(to_d(x), gref, rows, C, eps, &rr);
+        expect_close(y, yr, 1e-6, 2e-6 + (ot == DType::BF16 ? kBf16Rel : 0.0), "y");
+        expect_close(rstd.get(), rr, 0, 1e-6, "rstd");
+
+        VecF dx0(rows * C, 0.5f), dg0(C, 0.25f);
+        Dev<float> dx(b, dx0), dg(b, dg0);
+        b.rmsnorm_bwd(xd.p(), gp, rstd.p(), Rd.p(), dx.p(), gain ? dg.p() : nullptr, rows, C);
+        VecF gx = dx.get(), gg = dg.get();
+        for (auto& v : gx) v -= 0.5f;  // it accumulates
+        check_grad([&](const VecD& xx) { return dot(rmsnorm_ref(xx, gref, rows, C, eps), R); }, x, gx,
+                   1e-5, cs.samples, "dx +=");
+        if (gain) {
+          for (auto& v : gg) v -= 0.25f;
+          check_grad([&](const VecD& gv) { return dot(rmsnorm_ref(to_d(x), &gv, rows, C, eps), R); },
+                     g, gg, 1e-5, -1, "dg +=");
+        } else {
+          expect_same(gg, dg0, "dg untouched without a gain");
+        }
+      }
+}
+
+// =================================================================================================
+// RoPE, head layouts, the fused qkv stage
+// =================================================================================================
+static double rope_angle(int pos, int i, int hd, double base) {
+  return pos * std::pow(base, -2.0 * i / hd);
+}
+
+static VecD rope_ref(const VecD& x, int64_t rows, int T, int hd, double base, int pos0) {
+  VecD y(x.size());
+  int h2 = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    int pos = pos0 + int(r % T);
+    for (int i = 0; i < h2; ++i) {
+      double ang = rope_angle(pos, i, hd, base);
+      double a = x[r * hd + i], c = x[r * hd + i + h2];
+      y[r * hd + i] = a * std::cos(ang) - c * std::sin(ang);
+      y[r * hd + i + h2] = a * std::sin(ang) + c * std::cos(ang);
+    }
+  }
+  return y;
+}
+
+TEST_P(BackendOps, RopeTables) {
+  // The tables are fp32 values of cos/sin at exact angles: within an fp32 rounding (6e-8) of the
+  // float64 values. An angle computed in fp32 would be off by pos * 6e-8 rad, 6e-5 at position
+  // 1000, so 1e-6 also checks that the angles are not.
+  int T = 1000, hd = 64;
+  double base = 10000.0;
+  Dev<float> cs = nan_out(be(), size_t(T) * hd / 2), sn = nan_out(be(), size_t(T) * hd / 2);
+  be().rope_tables(cs.p(), sn.p(), T, hd, float(base));
+  VecD rc(size_t(T) * hd / 2), rs(rc.size());
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < hd / 2; ++i) {
+      rc[size_t(t) * hd / 2 + i] = std::cos(rope_angle(t, i, hd, base));
+      rs[size_t(t) * hd / 2 + i] = std::sin(rope_angle(t, i, hd, base));
+    }
+  expect_close(cs.get(), rc, 1e-6, 0, "cos");
+  expect_close(sn.get(), rs, 1e-6, 0, "sin");
+}
+
+TEST_P(BackendOps, Rope) {
+  // In place, at positions pos0 + r % T. fp32 rotation of O(1) values with fp32 tables: a few ulp.
+  struct Case { int T, hd, pos0, reps; double base; };
+  for (Case c : {Case{13, 10, 3, 3, 10000.0}, Case{7, 128, 1000, 2, 500.0}, Case{64, 64, 1, 1, 10000.0}}) {
+    SCOPED_TRACE(testing::Message() << "T" << c.T << " hd" << c.hd << " pos0" << c.pos0);
+    int npos = c.T + c.pos0;
+    Dev<float> cs = nan_out(be(), size_t(npos) * c.hd / 2), sn = nan_out(be(), size_t(npos) * c.hd / 2);
+    be().rope_tables(cs.p(), sn.p(), npos, c.hd, float(c.base));
+    int64_t rows = int64_t(c.reps) * c.T;
+    VecF x = randn(rows * c.hd, 41);
+    Dev<float> xd(be(), x);
+    be().rope_fwd(xd.p(), rows, c.T, c.hd, cs.p(), sn.p(), c.pos0);
+    expect_close(xd.get(), rope_ref(to_d(x), rows, c.T, c.hd, c.base, c.pos0), 2e-6, 0, "x");
+  }
+}
+
+TEST_P(BackendOps, SplitMergeHeads) {
+  // Layout changes: exact copies. merge into bf16 is the exact rounding of each copied value. Only
+  // the nh*hd columns at the pointer are written; the rest of each ld-wide row is left alone.
+  Backend& b = be();
+  struct Case { int B, T, nh, hd; int64_t ld, off; };
+  for (Case c : {Case{2, 5, 3, 4, 17, 2}, Case{1, 67, 2, 64, 192, 64}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " T" << c.T << " nh" << c.nh << " hd" << c.hd);
+    const int64_t rows = int64_t(c.B) * c.T, nY = rows * c.nh * c.hd;
+    VecF x = randn(rows * c.ld, 51);
+    Dev<float> xd(b, x);
+    Dev<float> y = nan_out(b, nY);
+    b.split_heads(xd.p() + c.off, c.ld, y.p(), c.B, c.T, c.nh, c.hd);
+    VecF yh = y.get();
+    VecF want(nY);
+    for (int bb = 0; bb < c.B; ++bb)
+      for (int h = 0; h < c.nh; ++h)
+        for (int t = 0; t < c.T; ++t)
+          for (int d = 0; d < c.hd; ++d)
+            want[((size_t(bb) * c.nh + h) * c.T + t) * c.hd + d] =
+                x[(size_t(bb) * c.T + t) * c.ld + c.off + h * c.hd + d];
+    expect_same(yh, want, "split");
+
+    auto inside = [&](int64_t i) {
+      int64_t col = i % c.ld;
+      return col >= c.off && col < c.off + c.nh * c.hd;
+    };
+    VecF zf0 = randn(rows * c.ld, 52);
+    Dev<float> zf(b, zf0);
+    b.merge_heads(y.p(), zf.p() + c.off, DType::F32, c.ld, c.B, c.T, c.nh, c.hd);
+    VecF zwant = zf0;
+    for (size_t i = 0; i < zwant.size(); ++i)
+      if (inside(int64_t(i))) zwant[i] = x[i];
+    expect_same(zf.get(), zwant, "merge f32");
+
+    VecH zh0 = bf16_bits(randn(rows * c.ld, 53));
+    Dev<bf16> zh(b, zh0);
+    b.merge_heads(y.p(), zh.p() + c.off, DType::BF16, c.ld, c.B, c.T, c.nh, c.hd);
+    VecH hwant = zh0;
+    for (size_t i = 0; i < hwant.size(); ++i)
+      if (inside(int64_t(i))) hwant[i] = f32_to_bf16(x[i]);
+    expect_same(zh.get(), hwant, "merge bf16");
+  }
+}
+
+// float64 reference of the fused attention input stage: split [q | k | v] into heads, RMSNorm the
+// q and k head vectors (qk_norm; gains optional), rotate them at positions 0..T-1.
+struct QkvShape { int B, T, H, Hkv, hd; };
+struct QkvRef { VecD q, k, v, q_rstd, k_rstd; };
+
+static QkvRef qkv_ref(const VecD& qkv, const VecD* qg, const VecD* kg, const QkvShape& s,
+                      bool qk_norm, double eps, double base) {
+  const int64_t ld = int64_t(s.H + 2 * s.Hkv) * s.hd, N = int64_t(s.B) * s.T;
+  const int h2 = s.hd / 2;
+  QkvRef r;
+  r.q.resize(N * s.H * s.hd);
+  r.k.resize(N * s.Hkv * s.hd);
+  r.v.resize(N * s.Hkv * s.hd);
+  r.q_rstd.resize(N * s.H);
+  r.k_rstd.resize(N * s.Hkv);
+  VecD tmp(s.hd);
+  for (int64_t n = 0; n < N; ++n) {
+    int b = int(n / s.T), t = int(n % s.T);
+    for (int j = 0; j < s.H + 2 * s.Hkv; ++j) {
+      const double* src = &qkv[n * ld + int64_t(j) * s.hd];
+      if (j >= s.H + s.Hkv) {
+        int h = j - s.H - s.Hkv;
+        std::copy(src, src + s.hd, &r.v[((size_t(b) * s.Hkv + h) * s.T + t) * s.hd]);
+        continue;
+      }
+      bool isq = j < s.H;
+      int h = isq ? j : j - s.H, nh = isq ? s.H : s.Hkv;
+      size_t hrow = (size_t(b) * nh + h) * s.T + t;
+      const VecD* g = isq ? qg : kg;
+      double sc = 1.0;
+      if (qk_norm) {
+        double ss = 0;
+        for (int d = 0; d < s.hd; ++d) ss += src[d] * src[d];
+        sc = 1.0 / std::sqrt(ss / s.hd + eps);
+        (isq ? r.q_rstd : r.k_rstd)[hrow] = sc;
+      }
+      for (int d = 0; d < s.hd; ++d) tmp[d] = src[d] * sc * (qk_norm && g ? (*g)[d] : 1.0);
+      double* dst = &(isq ? r.q : r.k)[hrow * s.hd];
+      for (int i = 0; i < h2; ++i) {
+        double ang = rope_angle(t, i, s.hd, base);
+        dst[i] = tmp[i] * std::cos(ang) - tmp[i + h2] * std::sin(ang);
+        dst[i + h2] = tmp[i] * std::sin(ang) + tmp[i + h2] * std::cos(ang);
+      }
+    }
+  }
+  return r;
+}
+
+TEST_P(BackendOps, QkvHeads) {
+  // Forward: fp32 norm + rotation of O(1) values, a few ulp: q, k within 2e-6, rstd within 1e-6;
+  // v and the saved pre-norm heads are copies. Backward: dqkv (plus bf16 rounding when it is
+  // written in bf16) and the gain gradients, sums over all rows, within 1e-5 of the finite
+  // differences.
+  Backend& b = be();
+  const float eps = 1e-6f;
+  const double base = 500.0;
+  enum Norm { kOff, kNoGain, kGain };
+  for (QkvShape s : {QkvShape{2, 7, 4, 2, 10}, QkvShape{1, 33, 4, 1, 64}, QkvShape{2, 5, 3, 3, 16}})
+    for (Norm nm : {kOff, kNoGain, kGain})
+      for (DType ot : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << "B" << s.B << " T" << s.T << " H" << s.H << " Hkv" << s.Hkv
+                                        << " hd" << s.hd << " norm" << int(nm) << " " << dtype_name(ot));
+        const bool qkn = nm != kOff, gains = nm == kGain;
+        const int64_t N = int64_t(s.B) * s.T, ld = int64_t(s.H + 2 * s.Hkv) * s.hd;
+        const size_t nq = size_t(N) * s.H * s.hd, nk = size_t(N) * s.Hkv * s.hd;
+        const int samples = N * ld > 2000 ? 300 : -1;
+        VecF qkv = randn(N * ld, 111 + s.hd), qg = randn(s.hd, 112, 0.3f), kg = randn(s.hd, 113, 0.3f);
+        for (auto& v : qg) v += 1;
+        for (auto& v : kg) v += 1;
+        Dev<float> cs = nan_out(b, size_t(s.T) * s.hd / 2), sn = nan_out(b, size_t(s.T) * s.hd / 2);
+        b.rope_tables(cs.p(), sn.p(), s.T, s.hd, float(base));
+        Dev<float> xd(b, qkv), qgd(b, qg), kgd(b, kg);
+        Dev<float> q = nan_out(b, nq), k = nan_out(b, nk), v = nan_out(b, nk), qraw = nan_out(b, nq),
+                   kraw = nan_out(b, nk), qr = nan_out(b, N * s.H), kr = nan_out(b, N * s.Hkv);
+        const float* qgp = gains ? qgd.p() : nullptr;
+        const float* kgp = gains ? kgd.p() : nullptr;
+        b.qkv_heads_fwd(xd.p(), s.B, s.T, s.H, s.Hkv, s.hd, qkn, qgp, kgp, eps, cs.p(), sn.p(), qraw.p(),
+                        kraw.p(), qr.p(), kr.p(), q.p(), k.p(), v.p());
+        VecD qgd64 = to_d(qg), kgd64 = to_d(kg);
+        const VecD* qgr = gains ? &qgd64 : nullptr;
+        const VecD* kgr = gains ? &kgd64 : nullptr;
+        QkvRef ref = qkv_ref(to_d(qkv), qgr, kgr, s, qkn, eps, base);
+        expect_close(q.get(), ref.q, 2e-6, 2e-6, "q");
+        expect_close(k.get(), ref.k, 2e-6, 2e-6, "k");
+        VecF vv = v.get();
+        for (size_t i = 0; i < nk; ++i) ASSERT_EQ(vv[i], float(ref.v[i])) << "v " << i;
+        if (qkn) {
+          expect_close(qr.get(), ref.q_rstd, 0, 1e-6, "q_rstd");
+          expect_close(kr.get(), ref.k_rstd, 0, 1e-6, "k_rstd");
+          // the pre-norm heads, saved for backward: the split layout of the q and k columns
+          VecF qh = qraw.get(), kh = kraw.get();
+          for (int64_t n = 0; n < N; ++n)
+            for (int j = 0; j < s.H + s.Hkv; ++j) {
+              bool isq = j < s.H;
+              int h = isq ? j : j - s.H, nh = isq ? s.H : s.Hkv;
+              size_t hrow = (size_t(n / s.T) * nh + h) * s.T + size_t(n % s.T);
+              for (int d = 0; d < s.hd; ++d)
+                ASSERT_EQ((isq ? qh : kh)[hrow * s.hd + d], qkv[n * ld + j * s.hd + d]) << "raw";
+            }
+        }
+
+        VecF Rq = randn(nq, 114), Rk = randn(nk, 115), Rv = randn(nk, 116);
+        Dev<float> dq(b, Rq), dk(b, Rk), dvv(b, Rv);
+        VecF g0(s.hd, 0.25f);
+        Dev<float> dqg(b, g0), dkg(b, g0);
+        VecF dqkv = run_with_output(b, ot, N * ld, [&](void* out) {
+          b.qkv_heads_bwd(dq.p(), dk.p(), dvv.p(), qraw.p(), kraw.p(), qr.p(), kr.p(), qgp, kgp,
+                          gains ? dqg.p() : nullptr, gains ? dkg.p() : nullptr, s.B, s.T, s.H, s.Hkv,
+                          s.hd, qkn, cs.p(), sn.p(), out, ot);
+        });
+        auto L = [&](const VecD& x, const VecD* gq, const VecD* gk) {
+          QkvRef r = qkv_ref(x, gq, gk, s, qkn, eps, base);
+          return dot(r.q, Rq) + dot(r.k, Rk) + dot(r.v, Rv);
+        };
+        const double extra = ot == DType::BF16 ? kBf16Rel : 0.0;
+        check_grad([&](const VecD& x) { return L(x, qgr, kgr); }, qkv, dqkv, 1e-5, samples, "dqkv",
+                   extra);
+        VecF gq = dqg.get(), gk = dkg.get();
+        if (gains) {
+          for (auto& x : gq) x -= 0.25f;
+          for (auto& x : gk) x -= 0.25f;
+          check_grad([&](const VecD& g) { return L(to_d(qkv), &g, kgr); }, qg, gq, 1e-5, -1, "dqg +=");
+          check_grad([&](const VecD& g) { return L(to_d(qkv), qgr, &g); }, kg, gk, 1e-5, -1, "dkg +=");
+        } else {
+          expect_same(gq, g0, "dqg untouched");
+          expect_same(gk, g0, "dkg untouched");
+        }
+      }
+}
+
+// =================================================================================================
+// Attention
+// =================================================================================================
+// float64 causal GQA attention; q [B,H,Tq,hd], k/v [B,Hkv,Tk,hd] (dense). Query i sits at position
+// Tk - Tq + i and sees keys 0..that position.
+static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, int Hkv, int Tq,
+                     int Tk, int hd, VecD* lse = nullptr) {
+  VecD o(size_t(B) * H * Tq * hd, 0.0);
+  if (lse) lse->assign(size_t(B) * H * Tq, 0.0);
+  int group = H / Hkv, off = Tk - Tq;
+  double sc = 1.0 / std::sqrt(double(hd));
+  VecD s(Tk);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      int kvh = h / group;
+      for (int i = 0; i < Tq; ++i) {
+        const double* qi = &q[((size_t(b) * H + h) * Tq + i) * hd];
+        int nk = off + i + 1;
+        double mx = -1e300;
+        for (int j = 0; j < nk; ++j) {
+          const double* kj = &k[((size_t(b) * Hkv + kvh) * Tk + j) * hd];
+          double a = 0;
+          for (int d = 0; d < hd; ++d) a += qi[d] * kj[d];
+          s[j] = a * sc;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j < nk; ++j) sum += std::exp(s[j] - mx);
+        double* oi = &o[((size_t(b) * H + h) * Tq + i) * hd];
+        for (int j = 0; j < nk; ++j) {
+          double p = std::exp(s[j] - mx) / sum;
+          const double* vj = &v[((size_t(b) * Hkv + kvh) * Tk + j) * hd];
+          for (int d = 0; d < hd; ++d) oi[d] += p * vj[d];
+        }
+        if (lse) (*lse)[(size_t(b) * H + h) * Tq + i] = mx + std::log(sum);
+      }
+    }
+  return o;
+}
+
+struct AttnCase { int B, H, Hkv, T, hd; };
+
+// Forward (o and the log-sum-exp) against float64: softmax-weighted sums of O(1) values in fp32,
+// 2e-5. Backward: dq, dk, dv against FD of the float64 attention at `samples` coordinates each,
+// tolerance 2e-5 (the fp32 gradients sum up to T terms, ~1e-6; the float64 differences are exact
+// to ~1e-9).
+static void attention_case(Backend& b, AttnCase c, int samples) {
+  SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
+                                  << " hd" << c.hd);
+  size_t nq = size_t(c.B) * c.H * c.T * c.hd, nkv = size_t(c.B) * c.Hkv * c.T * c.hd;
+  VecF q = randn(nq, 61 + c.hd, 1.5f), k = randn(nkv, 62, 1.5f), v = randn(nkv, 63), R = randn(nq, 64);
+  Dev<float> qd(b, q), kd(b, k), vd(b, v), Rd(b, R);
+  Dev<float> o = nan_out(b, nq), lse = nan_out(b, size_t(c.B) * c.H * c.T);
+  b.attention_fwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), c.B, c.H, c.Hkv, c.T, c.T, c.T, c.hd);
+  VecD lr;
+  VecD orf = attn_ref(to_d(q), to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd, &lr);
+  expect_close(o.get(), orf, 2e-5, 0, "o");
+  expect_close(lse.get(), lr, 2e-5, 0, "lse");
+  Dev<float> dq = nan_out(b, nq), dk = nan_out(b, nkv), dv = nan_out(b, nkv);
+  b.attention_bwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), Rd.p(), dq.p(), dk.p(), dv.p(), c.B, c.H,
+                  c.Hkv, c.T, c.hd);
+  VecD qv = to_d(q), kv = to_d(k), vv = to_d(v);
+  auto L = [&](const VecD& qq, const VecD& kk, const VecD& vx) {
+    return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd), R);
+  };
+  check_grad([&](const VecD& x) { return L(x, kv, vv); }, q, dq.get(), 2e-5, samples, "dq");
+  check_grad([&](const VecD& x) { return L(qv, x, vv); }, k, dk.get(), 2e-5, samples, "dk");
+  check_grad([&](const VecD& x) { return L(qv, kv, x); }, v, dv.get(), 2e-5, samples, "dv");
+}
+
+TEST_P(BackendOps, AttentionSmallHeadDims) {
+  attention_case(be(), {1, 2, 2, 5, 8}, -1);    // tiny, every coordinate
+  attention_case(be(), {2, 4, 2, 67, 16}, 60);  // GQA, T just past a 64 tile
+  attention_case(be(), {1, 3, 1, 130, 12}, 40); // MQA, three tiles
+  attention_case(be(), {1, 1, 1, 129, 6}, 40);
+}
+
+TEST_P(BackendOps, AttentionHeadDim32) {
+  attention_case(be(), {1, 4, 2, 70, 32}, 40);  // GQA
+  attention_case(be(), {2, 3, 3, 33, 32}, 40);  // MHA
+}
+
+TEST_P(BackendOps, AttentionHeadDim64) {
+  attention_case(be(), {1, 2, 1, 64, 64}, 40);  // MQA, exactly one tile
+  attention_case(be(), {1, 4, 2, 100, 64}, 40); // GQA
+}
+
+TEST_P(BackendOps, AttentionHeadDim128) {
+  attention_case(be(), {1, 2, 1, 77, 128}, 30);  // MQA
+  attention_case(be(), {1, 4, 2, 65, 128}, 30);  // GQA
+}
+
+TEST_P(BackendOps, AttentionKVCache) {
+  // Decoding: Tq new queries at the end of Tk valid keys in a cache allocated for Tk_cap. The
+  // slots past Tk hold large finite garbage: an op that read them would be visibly wrong.
+  struct Case { int B, H, Hkv, Tq, Tk, cap, hd; bool with_lse; };
+  for (Case c : {Case{2, 4, 2, 3, 70, 80, 16, true}, Case{1, 2, 1, 1, 129, 129, 64, false},
+                 Case{1, 4, 2, 5, 33, 40, 128, true}, Case{2, 2, 2, 20, 20, 64, 32, true},
+                 Case{1, 3, 1, 7, 100, 128, 6, false}}) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " Tq" << c.Tq
+                                    << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd);
+    VecF q = randn(size_t(c.B) * c.H * c.Tq * c.hd, 71), kc = randn(size_t(c.B) * c.Hkv * c.cap * c.hd, 72),
+         vc = randn(size_t(c.B) * c.Hkv * c.cap * c.hd, 73);
+    VecD kd(size_t(c.B) * c.Hkv * c.Tk * c.hd), vd(kd.size());
+    for (int bh = 0; bh < c.B * c.Hkv; ++bh)
+      for (int t = 0; t < c.cap; ++t)
+        for (int d = 0; d < c.hd; ++d) {
+          size_t ci = (size_t(bh) * c.cap + t) * c.hd + d;
+          if (t >= c.Tk) {
+            kc[ci] *= 100.0f;
+            vc[ci] *= 1000.0f;
+            continue;
+          }
+          kd[(size_t(bh) * c.Tk + t) * c.hd + d] = kc[ci];
+          vd[(size_t(bh) * c.Tk + t) * c.hd + d] = vc[ci];
+        }
+    Dev<float> qd(be(), q), kcd(be(), kc), vcd(be(), vc);
+    Dev<float> o = nan_out(be(), q.size()), lse = nan_out(be(), size_t(c.B) * c.H * c.Tq);
+    be().attention_fwd(qd.p(), kcd.p(), vcd.p(), o.p(), c.with_lse ? lse.p() : nullptr, c.B, c.H,
+                       c.Hkv, c.Tq, c.Tk, c.cap, c.hd);
+    VecD lr;
+    VecD orf = attn_ref(to_d(q), kd, vd, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.hd, &lr);
+    expect_close(o.get(), orf, 2e-5, 0, "o");
+    if (c.with_lse) expect_close(lse.get(), lr, 2e-5, 0, "lse");
+  }
+}
+
+// =================================================================================================
+// MLP activations
+// =================================================================================================
+// float64 reference: h [N, Hd] ([N, 2Hd] = [up | gate] for SwiGLU) -> y [N, Hd].
+static VecD act_ref(Activation a, const VecD& h, int64_t N, int64_t Hd) {
+  VecD y(N * Hd);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < Hd; ++i) {
+      if (a == Activation::SwiGLU) {
+        double u = h[r * 2 * Hd + i], g = h[r * 2 * Hd + Hd + i];
+        y[r * Hd + i] = u * g / (1 + std::exp(-g));
+        continue;
+      }
+      double v = h[r * Hd + i];
+      y[r * Hd + i] = a == Activation::ReLU2
+                          ? (v > 0 ? v * v : 0.0)
+                          : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+  return y;
+}
+
+TEST_P(BackendOps, Activations) {
+  // Forward: fp32 exp/tanh of O(1) arguments, a few ulp: 2e-6 absolute + relative (relu2 reaches
+  // ~60 at 4 sigma). Backward: within 1e-5 of the finite differences. bf16 outputs add their
+  // rounding.
+  Backend& b = be();
+  struct Case { int64_t N, Hd; int samples; };
+  for (Activation a : {Activation::ReLU2, Activation::GELU, Activation::SwiGLU})
+    for (Case c : {Case{7, 43, -1}, Case{33, 515, 300}})
+      for (DType ot : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(testing::Message() << "act" << int(a) << " N" << c.N << " Hd" << c.Hd << " "
+                                        << dtype_name(ot));
+        const int64_t nh = c.N * c.Hd * (a == Activation::SwiGLU ? 2 : 1), ny = c.N * c.Hd;
+        VecF h = randn(nh, 81 + c.N, 2.0f), R = randn(ny, 82);
+        Dev<float> hd(b, h), Rd(b, R);
+        const double extra = ot == DType::BF16 ? kBf16Rel : 0.0;
+        VecF y = run_with_output(b, ot, ny, [&](void* out) { b.activation_fwd(a, hd.p(), out, ot, c.N, c.Hd); });
+        expect_close(y, act_ref(a, to_d(h), c.N, c.Hd), 2e-6, 2e-6 + extra, "y");
+        VecF dh = run_with_output(b, ot, nh, [&](void* out) {
+          b.activation_bwd(a, hd.p(), Rd.p(), out, ot, c.N, c.Hd);
+        });
+        check_grad([&](const VecD& x) { return dot(act_ref(a, x, c.N, c.Hd), R); }, h, dh, 1e-5,
+                   c.samples, "dh", extra);
+      }
+}
+
+// =================================================================================================
+// Element-wise: residual, scale, axpy
+// =================================================================================================
+TEST_P(BackendOps, ResidualScaleAxpy) {
+  // One fp32 operation per element is correctly rounded on any IEEE device: residual and scale are
+  // exact. axpy may fuse a*x + y into one FMA or round a*x first: within 2^-23 (|y| + |a x|).
+  Backend& b = be();
+  for (int64_t n : {int64_t(1), int64_t(1001), int64_t(70001)}) {
+    SCOPED_TRACE(n);
+    VecF x = randn(n, 91), y = randn(n, 92);
+    Dev<float> xd(b, x), yd(b, y);
+    Dev<float> o = nan_out(b, n);
+    b.residual_fwd(xd.p(), yd.p(), o.p(), n);
+    VecF want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = x[i] + y[i];
+    expect_same(o.get(), want, "residual");
+
+    b.scale(o.p(), -0.37f, n);
+    for (auto& v : want) v *= -0.37f;
+    expect_same(o.get(), want, "scale");
+
+    const float a = 0.731f;
+    b.axpy(yd.p(), a, xd.p(), n);
+    VecD ref(n), sc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      ref[i] = double(y[i]) + double(a) * x[i];
+      sc[i] = std::abs(double(y[i])) + std::abs(double(a) * x[i]);
+    }
+    expect_close(yd.get(), ref, 1e-30, 2 * kU32, "axpy", &sc);
+    expect_same(xd.get(), x, "axpy leaves x");
+  }
+}
+
+// =================================================================================================
+// Softcapped cross-entropy, softcap
+// =================================================================================================
+// float64 loss of one row (0 for an ignored target); `best`/`gap`: the argmax over the real
+// vocabulary (first on ties) and its margin over the runner-up.
+static double xent_ref(const VecD& z, int64_t n, int V, int Vp, double cap, int32_t tg,
+                       int* best = nullptr, double* gap = nullptr) {
+  VecD s(V);
+  double mx = -1e300, second = -1e300;
+  int am = 0;
+  for (int j = 0; j < V; ++j) {
+    s[j] = cap > 0 ? cap * std::tanh(z[n * Vp + j] / cap) : z[n * Vp + j];
+    if (s[j] > mx) {
+      second = mx;
+      mx = s[j];
+      am = j;
+    } else if (s[j] > second) {
+      second = s[j];
+    }
+  }
+  if (best) *best = am;
+  if (gap) *gap = mx - second;
+  double sum = 0;
+  for (int j = 0; j < V; ++j) sum += std::exp(s[j] - mx);
+  return tg >= 0 ? mx + std::log(sum) - s[tg] : 0.0;
+}
+
+TEST_P(BackendOps, SoftcapXent) {
+  // Losses: fp32 log-sum-exp of values up to ~|cap|, 1e-5 + 2e-6 relative. Gradient: FD of the
+  // float64 loss, 1e-5 (the probabilities are accurate to a few ulp). The padding columns and
+  // ignored rows get an exact 0 gradient.
+  Backend& b = be();
+  struct Case { int64_t N; int V, Vp; float zscale; };
+  for (Case c : {Case{9, 70, 128, 4.0f}, Case{5, 1000, 1024, 3.0f}})
+    for (float cap : {0.0f, 15.0f, 2.0f}) {
+      SCOPED_TRACE(testing::Message() << "N" << c.N << " V" << c.V << " Vp" << c.Vp << " cap" << cap);
+      const int64_t N = c.N;
+      const int V = c.V, Vp = c.Vp;
+      VecF z = randn(N * Vp, 101 + V, c.zscale);
+      VecI tg = {3, V - 1, 0, -1, 17, 17, 44, -1, 5};
+      tg.resize(N);
+      // row 1: an exact tie for the maximum, which argmax resolves to the first index
+      z[1 * Vp + 5] = z[1 * Vp + 40] = 30.0f;
+      // row 0: padding far above the real logits; counted anywhere, it would dominate
+      for (int j = V; j < Vp; ++j) z[j] = 100.0f;
+      const VecD zd = to_d(z);
+      VecD lref(N);
+      double tref = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        lref[n] = xent_ref(zd, n, V, Vp, cap, tg[n]);
+        tref += lref[n];
+      }
+      auto check_argmax = [&](const VecI& am) {
+        for (int64_t n = 0; n < N; ++n) {
+          int best;
+          double gap;
+          xent_ref(zd, n, V, Vp, cap, tg[n], &best, &gap);
+          if (gap == 0 || gap > 1e-4) {  // else an fp32 near-tie
+            EXPECT_EQ(am[n], best) << "row " << n;
+          }
+        }
+      };
+      Dev<int32_t> tgd(b, tg);
+      const float gs = 0.37f;
+      {  // with the gradient
+        Dev<float> zl(b, z);
+        Dev<float> loss = nan_out(b, N);
+        Dev<int32_t> am(b, VecI(N, -7));
+        double total = b.softcap_xent(zl.p(), tgd.p(), N, V, Vp, cap, loss.p(), am.p(), true, gs);
+        VecF l = loss.get();
+        expect_close(l, lref, 1e-5, 2e-6, "loss");
+        for (int64_t n = 0; n < N; ++n)
+          if (tg[n] < 0) {
+            EXPECT_EQ(l[n], 0.0f) << "ignored row " << n;
+          }
+        EXPECT_NEAR(total, tref, 1e-5 * N + 2e-6 * std::abs(tref));
+        check_argmax(am.get());
+        VecF g = zl.get();
+        for (int64_t n = 0; n < N; ++n)
+          for (int j = 0; j < Vp; ++j)
+            if (j >= V || tg[n] < 0) {
+              ASSERT_EQ(g[n * Vp + j], 0.0f) << n << " " << j;
+            }
+        check_grad(
+            [&](const VecD& zz) {
+              double s = 0;
+              for (int64_t n = 0; n < N; ++n) s += xent_ref(zz, n, V, Vp, cap, tg[n]);
+              return gs * s;
+            },
+            z, g, 1e-5, 300, "dlogits");
+      }
+      {  // without it: the same loss, argmax and total
+        Dev<float> zl(b, z);
+        Dev<float> loss = nan_out(b, N);
+        Dev<int32_t> am(b, VecI(N, -7));
+        double total = b.softcap_xent(zl.p(), tgd.p(), N, V, Vp, cap, loss.p(), am.p(), false, 1.0f);
+        expect_close(loss.get(), lref, 1e-5, 2e-6, "loss (no grad)");
+        EXPECT_NEAR(total, tref, 1e-5 * N + 2e-6 * std::abs(tref));
+        check_argmax(am.get());
+        Dev<float> zl2(b, z);  // loss and argmax may be null
+        double t2 = b.softcap_xent(zl2.p(), tgd.p(), N, V, Vp, cap, nullptr, nullptr, false, 1.0f);
+        EXPECT_NEAR(t2, tref, 1e-5 * N + 2e-6 * std::abs(tref));
+      }
+      {  // no targets at all: every row is ignored, argmax still reported
+        Dev<float> zl(b, z);
+        Dev<float> loss = nan_out(b, N);
+        Dev<int32_t> am(b, VecI(N, -7));
+        double total = b.softcap_xent(zl.p(), nullptr, N, V, Vp, cap, loss.p(), am.p(), false, 1.0f);
+        EXPECT_EQ(total, 0.0);
+        for (float v : loss.get()) EXPECT_EQ(v, 0.0f);
+        check_argmax(am.get());
+      }
+    }
+}
+
+TEST_P(BackendOps, SoftcapFwd) {
+  // cap * tanh(z / cap) in fp32: tanh of O(1) arguments to ~1e-7, scaled by cap. cap <= 0 is a no-op.
+  for (float cap : {15.0f, 2.0f, 0.0f, -1.0f}) {
+    SCOPED_TRACE(cap);
+    VecF z = randn(5001, 131, 6.0f);
+    Dev<float> zd(be(), z);
+    be().softcap_fwd(zd.p(), int64_t(z.size()), cap);
+    if (cap <= 0) {
+      expect_same(zd.get(), z, "z unchanged");
+      continue;
+    }
+    VecD ref(z.size());
+    for (size_t i = 0; i < z.size(); ++i) ref[i] = cap * std::tanh(double(z[i]) / cap);
+    expect_close(zd.get(), ref, 2e-7 * cap, 2e-7, "s");
+  }
+}
+
+// =================================================================================================
+// Optimizer kernels
+// =================================================================================================
+TEST_P(BackendOps, SumSquares) {
+  // Accumulated in double: relative error ~n * 1e-16 in any order. (That the CPU gets the same bits
+  // for every thread count is a property of its kernel, tested in test_optim.)
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000), int64_t(100003), int64_t(300001)}) {
+    VecF x = randn(n, 141 + n);
+    Dev<float> xd(be(), x);
+    double ref = 0;
+    for (float v : x) ref += double(v) * v;
+    EXPECT_NEAR(be().sum_squares(xd.p(), n), ref, 1e-11 * ref) << n;
+  }
+}
+
+TEST_P(BackendOps, AdamWUpdate) {
+  // Three steps against the textbook step in float64:
+  //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  g = grad * gscale
+  //   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+  // fp32 state: m and v to 1e-6 of the magnitude of their terms (m's terms can cancel); p to
+  // 1e-6 (an update is ~lr = 1e-2, so a missing bias correction or decay term is off by 1e-3 or
+  // more).
+  Backend& b = be();
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.5f;
+  for (int64_t n : {int64_t(1000), int64_t(70001)}) {
+    SCOPED_TRACE(n);
+    VecF p = randn(n, 151);
+    Dev<float> pd(b, p), md(b, VecF(n, 0.0f)), vd(b, VecF(n, 0.0f));
+    VecD P = to_d(p), M(n, 0.0), Vv(n, 0.0), Ms(n, 0.0);
+    for (int64_t t = 1; t <= 3; ++t) {
+      VecF g = randn(n, 152 + t);
+      for (int64_t i = 0; i < n; i += 17) g[i] = 0.0f;          // no gradient: eps decides
+      for (int64_t i = 5; i < n; i += 23) g[i] *= 1e-6f;        // tiny: sqrt(v) ~ eps
+      Dev<float> gd(b, g);
+      b.adamw_update(pd.p(), gd.p(), md.p(), vd.p(), n, gscale, lr, b1, b2, eps, wd, t);
+      const double bc1 = 1 - std::pow(double(b1), double(t)), bc2 = 1 - std::pow(double(b2), double(t));
+      for (int64_t i = 0; i < n; ++i) {
+        double gg = double(g[i]) * gscale;
+        Ms[i] = double(b1) * Ms[i] + (1 - double(b1)) * std::abs(gg);  // carried like m, without signs
+        M[i] = double(b1) * M[i] + (1 - double(b1)) * gg;
+        Vv[i] = double(b2) * Vv[i] + (1 - double(b2)) * gg * gg;
+        P[i] = P[i] * (1 - double(lr) * wd) - double(lr) * (M[i] / bc1) / (std::sqrt(Vv[i] / bc2) + eps);
+      }
+      SCOPED_TRACE(t);
+      expect_close(md.get(), M, 1e-20, 1e-6, "m", &Ms);
+      expect_close(vd.get(), Vv, 1e-30, 1e-6, "v");
+      expect_close(pd.get(), P, 1e-6, 1e-6, "p");
+    }
+  }
+}
+
+TEST_P(BackendOps, MuonMomentumAndApply) {
+  // buf = mu buf + g; u = nesterov ? g + mu buf : buf (g = grad * gscale);
+  // p = p (1 - lr wd) - lr scale o. A few fp32 roundings: 1e-6 of the magnitude of the terms
+  // (which can cancel) + 1e-7.
+  Backend& b = be();
+  const float mu = 0.95f, gscale = 0.7f;
+  for (bool nesterov : {false, true})
+    for (int64_t n : {int64_t(999), int64_t(70001)}) {
+      SCOPED_TRACE(testing::Message() << "nesterov " << nesterov << " n " << n);
+      VecF buf0 = randn(n, 161);
+      Dev<float> bufd(b, buf0);
+      VecD B = to_d(buf0), Bs(n);
+      for (int64_t i = 0; i < n; ++i) Bs[i] = std::abs(B[i]);
+      for (int step = 0; step < 2; ++step) {
+        VecF g = randn(n, 162 + step);
+        Dev<float> gd(b, g);
+        Dev<float> u = nan_out(b, n);
+        b.muon_momentum(gd.p(), bufd.p(), u.p(), n, gscale, mu, nesterov);
+        VecD U(n), Us(n);
+        for (int64_t i = 0; i < n; ++i) {
+          double gg = double(g[i]) * gscale;
+          Bs[i] = double(mu) * Bs[i] + std::abs(gg);  // carried like buf, without signs
+          B[i] = double(mu) * B[i] + gg;
+          U[i] = nesterov ? gg + double(mu) * B[i] : B[i];
+          Us[i] = nesterov ? std::abs(gg) + double(mu) * Bs[i] : Bs[i];
+        }
+        expect_close(bufd.get(), B, 1e-7, 1e-6, "buf", &Bs);
+        expect_close(u.get(), U, 1e-7, 1e-6, "u", &Us);
+      }
+      VecF p = randn(n, 163), o = randn(n, 164);
+      Dev<float> pd(b, p), od(b, o);
+      const float lr = 0.02f, sc = 1.5f, wd = 0.1f;
+      b.muon_apply(pd.p(), od.p(), n, lr, sc, wd);
+      VecD P(n), Ps(n);
+      for (int64_t i = 0; i < n; ++i) {
+        P[i] = p[i] * (1 - double(lr) * wd) - double(lr) * sc * o[i];
+        Ps[i] = std::abs(p[i] * (1 - double(lr) * wd)) + std::abs(double(lr) * sc * o[i]);
+      }
+      expect_close(pd.get(), P, 1e-7, 1e-6, "p", &Ps);
+    }
+}
+
+// float64 reference of the Newton-Schulz quintic: X = G / ||G||_F on the short side (transposed
+// when rows > cols), then `steps` times X <- a X + (b A + c A^2) X with A = X X^T.
+static VecD ns_ref(const VecF& G, int64_t rows, int64_t cols, int steps) {
+  const double ca = 3.4445, cb = -4.7750, cc = 2.0315;
+  const bool tr = rows > cols;
+  const int64_t a = tr ? cols : rows, bl = tr ? rows : cols;
+  double ss = 0;
+  for (float v : G) ss += double(v) * v;
+  const double inv = 1.0 / std::sqrt(ss);
+  VecD X(a * bl), A(a * a), Bm(a * a), Y(a * bl);
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < bl; ++j) X[i * bl + j] = (tr ? G[j * cols + i] : G[i * cols + j]) * inv;
+  for (int s = 0; s < steps; ++s) {
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < bl; ++k) acc += X[i * bl + k] * X[j * bl + k];
+        A[i * a + j] = A[j * a + i] = acc;
+      }
+    for (int64_t i = 0; i < a; ++i)
+      for (int64_t j = 0; j < a; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < a; ++k) acc += A[i * a + k] * A[k * a + j];
+        Bm[i * a + j] = cb * A[i * a + j] + cc * acc;
+      }
+    for (int64_t i = 0; i < a; ++i) {
+      double* yr = &Y[i * bl];
+      for (int64_t j = 0; j < bl; ++j) yr[j] = ca * X[i * bl + j];
+      for (int64_t k = 0; k < a; ++k) {
+        const double bk = Bm[i * a + k];
+        const double* xr = &X[k * bl];
+        for (int64_t j = 0; j < bl; ++j) yr[j] += bk * xr[j];
+      }
+    }
+    std::swap(X, Y);
+  }
+  VecD out(G.size());
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < bl; ++j) (tr ? out[j * cols + i] : out[i * cols + j]) = X[i * bl + j];
+  return out;
+}
+
+// The largest element error relative to the largest element of the reference (max_tol), and the
+// Frobenius norm of the error relative to that of the reference (frob_tol).
+static void ns_case(Backend& be, int64_t rows, int64_t cols, int steps, MatPrec prec, double max_tol,
+                    double frob_tol, bool in_place) {
+  SCOPED_TRACE(testing::Message() << rows << "x" << cols << " steps " << steps << " "
+                                  << prec_name(prec) << (in_place ? " in place" : ""));
+  VecF G = randn(rows * cols, 171 + rows + cols);
+  Dev<float> gd(be, G);
+  Dev<float> od = nan_out(be, G.size());
+  float* out = in_place ? gd.p() : od.p();
+  be.newton_schulz(gd.p(), out, rows, cols, steps, prec);
+  VecF got = in_place ? gd.get() : od.get();
+  VecD ref = ns_ref(G, rows, cols, steps);
+  double mref = 0, e2 = 0, r2 = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    mref = std::max(mref, std::abs(ref[i]));
+    e2 += (got[i] - ref[i]) * (got[i] - ref[i]);
+    r2 += ref[i] * ref[i];
+  }
+  expect_close(got, ref, max_tol * mref, 0, "out");
+  EXPECT_LE(std::sqrt(e2 / r2), frob_tol);  // (NaN fails)
+}
+
+// Shapes: wide and tall (the short side is the one iterated on), square, and both sides of the
+// size where the CPU switches from its plain loops to oneDNN (min^2 * max > 128*128*256). One step
+// more or less moves the result by ~0.35 (relative, Frobenius), so both tolerances below separate
+// a correct iteration from a wrong step count or coefficient by a wide margin.
+TEST_P(BackendOps, NewtonSchulzFp32) {
+  // fp32 matmuls: ~1e-7 rounding per step, amplified by the iteration (the quintic's slope at 0 is
+  // 3.4), ends near 3e-6 of the largest element and 2e-6 in Frobenius norm: bounds 2e-5 and 1e-5.
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}, {33, 33}, {136, 300}, {300, 136}})
+    ns_case(be(), r, c, 5, MatPrec::F32, 2e-5, 1e-5, false);
+  ns_case(be(), 136, 300, 2, MatPrec::F32, 2e-5, 1e-5, true);
+  ns_case(be(), 20, 12, 5, MatPrec::F32, 2e-5, 1e-5, true);
+}
+
+TEST_P(BackendOps, NewtonSchulzBf16) {
+  // bf16 matmul inputs (8-bit mantissas, 2^-9 relative rounding; fp32 accumulation) at every step,
+  // amplified by the iteration: ~3e-2 of the largest element, ~2e-2 in Frobenius norm. Bounds 6e-2
+  // and 4e-2 leave room for rounding at other points of the step. (A backend may run small
+  // matrices in fp32 anyway, which passes too.)
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}, {136, 300}, {300, 136}})
+    ns_case(be(), r, c, 5, MatPrec::BF16, 6e-2, 4e-2, false);
+  ns_case(be(), 300, 136, 5, MatPrec::BF16, 6e-2, 4e-2, true);
+}
+
+TEST_P(BackendOps, NewtonSchulzZeroMatrix) {
+  // A parameter that got no gradient has a zero momentum matrix: its update is zero, not NaN (the
+  // Frobenius normalisation must not divide by zero).
+  for (MatPrec p : {MatPrec::F32, MatPrec::BF16})
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {300, 136}}) {
+      SCOPED_TRACE(testing::Message() << r << "x" << c << " " << prec_name(p));
+      Dev<float> g(be(), VecF(r * c, 0.0f));
+      Dev<float> o = nan_out(be(), r * c);
+      be().newton_schulz(g.p(), o.p(), r, c, 5, p);
+      for (float v : o.get()) ASSERT_EQ(v, 0.0f);
+    }
+}
