@@ -19,8 +19,23 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def _threads_from_argv():
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "0"
+
+
+# A pthread OpenBLAS (Debian's torch takes its fp32 GEMM from libblas.so.3) sizes its own thread pool
+# when it is loaded, from OPENBLAS_NUM_THREADS; torch.set_num_threads does not reach it.
+if _threads_from_argv() not in ("", "0") and "OPENBLAS_NUM_THREADS" not in os.environ:
+    os.environ["OPENBLAS_NUM_THREADS"] = _threads_from_argv()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -169,7 +184,7 @@ class GPT(torch.nn.Module):
 
     def param_groups(self):
         """(name, param, kind, row splits for Muon) in clocklm's ParamKind routing."""
-        m, d, H, Hkv, hd = self.m, self.m["d_model"], self.m["n_head"], self.m["n_kv_head"], self.m["head_dim"]
+        m, H, Hkv, hd = self.m, self.m["n_head"], self.m["n_kv_head"], self.m["head_dim"]
         out = [("wte", self.wte, "embed", None)]
         for i, b in enumerate(self.blocks):
             # wq, wk, wv (and w_in, w_gate) are separate clocklm Params: Muon orthogonalises each.

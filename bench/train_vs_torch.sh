@@ -3,18 +3,22 @@
 # this machine's CPU, both on random tokens with the same thread count:
 #   byte-11m at 16x256 and baseline-50m at 4x256, each with the preset's Muon+AdamW and with all-AdamW
 #   (optim.matrix.kind=adamw); clocklm `bench train` with model.matmul_precision auto / bf16 / fp32,
-#   PyTorch in fp32 and in bf16 autocast. In the Muon runs the Newton-Schulz matmuls follow the mode on
-#   both sides (clocklm: optim.matrix.ns_precision = the same value; peer: bf16 iff bf16 autocast). Writes a markdown table (tokens/s), the machine (CPU model,
-#   SIMD flags, BLAS, clocklm roofline) and the raw JSON lines to --out.
+#   PyTorch in fp32 and in bf16 autocast. In the Muon runs the Newton-Schulz matmuls follow the mode
+#   on both sides (clocklm: optim.matrix.ns_precision = the same value; peer: bf16 iff autocast).
+#   Writes a markdown table (tokens/s), the machine (CPU model, SIMD flags, BLAS, clocklm roofline)
+#   and the raw JSON lines to --out.
 #
 # usage: bench/train_vs_torch.sh [--out FILE (default bench/results/train_vs_torch.md)]
 #                                [--steps N (default 5)] [--warmup N (default 2)] [--quick]
-#                                [--threads N (default nproc)] [--refresh-roofline]
+#                                [--threads N (default nproc)] [--refresh-roofline] [--system-blas]
 #                                [--clocklm BIN] [--python PY (default /usr/bin/python3)]
 # --quick: 2 timed steps after 1 warm-up step (a smoke run; the numbers are noisy).
 # Needs Debian's python3-torch (installed with apt if missing, as root or via sudo). Debian's torch
-# takes its fp32 GEMM from the system libblas.so.3; if that is the reference BLAS (~5 GFLOP/s) the
-# OpenMP OpenBLAS is installed too, or the fp32 peer would measure netlib instead of PyTorch.
+# takes its fp32 GEMM from the system libblas.so.3; the peer runs with the pthread OpenBLAS
+# (libopenblas0-pthread, installed if missing) put first by LD_LIBRARY_PATH, since the reference BLAS
+# would measure netlib (~5 GFLOP/s) and the OpenMP OpenBLAS stalls on small GEMMs inside torch's
+# OpenMP pool (GOMP_SPINCOUNT=10000 keeps the two thread pools from starving each other).
+# --system-blas: leave libblas.so.3 (and GOMP_SPINCOUNT) as the system has them.
 # If this clocklm build does not know model.matmul_precision, the clocklm runs fall back to
 # `bench train --fp32` for fp32 and no flag (its default, bf16) for bf16, and "auto" is reported as
 # unavailable; the ratio column then uses the default (bf16) run.
@@ -29,6 +33,7 @@ THREADS="$(nproc)"
 CLOCKLM="$ROOT/build/clocklm"
 PY=/usr/bin/python3
 REFRESH=0
+SYSTEM_BLAS=0
 STEPS_SET=0
 WARMUP_SET=0
 while [ $# -gt 0 ]; do
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --threads) THREADS="$2"; shift 2 ;;
     --refresh-roofline) REFRESH=1; shift ;;
+    --system-blas) SYSTEM_BLAS=1; shift ;;
     --clocklm) CLOCKLM="$2"; shift 2 ;;
     --python) PY="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -64,15 +70,23 @@ apt_install() {
 if ! "$PY" -c 'import torch' 2>/dev/null; then
   apt_install python3-torch
 fi
-BLAS_ALT=libblas.so.3-x86_64-linux-gnu
-blas_now() { update-alternatives --query "$BLAS_ALT" 2>/dev/null | sed -n 's/^Value: //p'; }
-if command -v update-alternatives >/dev/null && [ "$(blas_now)" = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3" ]; then
-  say "libblas.so.3 is the reference BLAS; installing OpenBLAS (OpenMP) for torch's fp32 GEMM"
-  apt_install libopenblas0-openmp
+# Debian's torch takes its fp32 GEMM from whatever libblas.so.3 resolves to: the reference BLAS
+# (~5 GFLOP/s here) would make the fp32 peer a netlib benchmark, and the OpenMP OpenBLAS collapses on
+# small GEMMs under torch's own OpenMP pool, so the peer runs on the pthread OpenBLAS by default.
+OPENBLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
+PEER_ENV=()
+if [ "$SYSTEM_BLAS" = 0 ]; then
+  [ -e "$OPENBLAS_DIR/libblas.so.3" ] || apt_install libopenblas0-pthread
+  # OpenBLAS's pthreads and torch's OpenMP threads each spin after their work; on few cores they
+  # starve each other (Muon's fp32 Newton-Schulz ran 5-10x slower here). A short OpenMP spin fixes it
+  # (no effect measured on the bf16 runs, which never enter OpenBLAS).
+  PEER_ENV=(env "LD_LIBRARY_PATH=$OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            "GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}")
+  BLAS="OpenBLAS $(dpkg-query -W -f '${Version}' libopenblas0-pthread 2>/dev/null) (pthread, $OPENBLAS_DIR; peer runs with GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000})"
+else
+  BLAS="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
 fi
-BLAS="$(blas_now || true)"
-[ -n "$BLAS" ] || BLAS="unknown"
-TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)')"
+TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)') (python3-torch $(dpkg-query -W -f '${Version}' python3-torch 2>/dev/null || echo '?'))"
 
 # --- (b) machine ---------------------------------------------------------------------------------
 CPU_MODEL="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
@@ -149,7 +163,7 @@ for spec in "byte-11m 16 256" "baseline-50m 4 256"; do
       record "$C" "${B}x$T" "$OPT" clocklm fp32 -- "${CL[@]}" --fp32 "${NS[@]}"
     fi
     for P in fp32 bf16; do
-      record "$C" "${B}x$T" "$OPT" torch "$P" -- "$PY" "$PEER" --config "$C" --clocklm "$CLOCKLM" \
+      record "$C" "${B}x$T" "$OPT" torch "$P" -- "${PEER_ENV[@]}" "$PY" "$PEER" --config "$C" --clocklm "$CLOCKLM" \
         --batch "$B" --seq "$T" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
         --precision "$P" "${OSET[@]}"
     done
@@ -159,7 +173,8 @@ done
 # --- (d) report ----------------------------------------------------------------------------------
 mkdir -p "$(dirname "$OUT")"
 export RAW DATE COMMIT CPU_MODEL FLAGS BLAS TORCH_VERSION ROOFLINE THREADS STEPS WARMUP HAVE_PREC
-export NPROC="$(nproc)"
+NPROC="$(nproc)"
+export NPROC
 "$PY" - "$OUT" <<'EOF'
 import json, os, sys
 E = os.environ
@@ -189,7 +204,8 @@ out.append(f"- date: {E['DATE']}")
 out.append(f"- commit: {E['COMMIT']}")
 out.append(f"- CPU: {E['CPU_MODEL']}, {E['NPROC']} cores; threads used: {E['THREADS']}")
 out.append(f"- flags: {E['FLAGS']}")
-out.append(f"- PyTorch {E['TORCH_VERSION']} (Debian python3-torch), BLAS: {E['BLAS']}")
+out.append(f"- PyTorch {E['TORCH_VERSION']}, fp32 GEMM BLAS: {E['BLAS']}; "
+           "attention: masked softmax (torch 1.13 has no scaled_dot_product_attention)")
 out.append(f"- {E['STEPS']} timed steps after {E['WARMUP']} warm-up steps, random tokens; "
            "tokens/s = batch x seq / mean step time (forward, backward, clip, optimizer update)")
 if not auto_avail:
@@ -207,10 +223,13 @@ for key in order:
     ours = a if auto_avail else b16
     best = max([v for v in (t32, t16) if v is not None], default=None)
     ratio = "n/a" if ours is None or not best else f"{ours / best:.2f}x" + ("" if auto_avail else " (bf16)")
-    out.append(f"| {c} | {bt.replace('x', '×')} | {opt_name.get(opt, opt)} | {fmt(a)} | {fmt(b16)} | "
+    ja = r.get(("clocklm", "auto")) or {}
+    a_cell = fmt(a) + (f" ({ja['matmul_precision']})" if a is not None and "matmul_precision" in ja else "")
+    out.append(f"| {c} | {bt.replace('x', '×')} | {opt_name.get(opt, opt)} | {a_cell} | {fmt(b16)} | "
                f"{fmt(f32)} | {fmt(t32)} | {fmt(t16)} | {ratio} |")
 out.append("")
-out.append("tokens/s; n/a = not available or failed (see the raw lines).")
+out.append("tokens/s (mean over the timed steps); n/a = not available or failed (see the raw lines); "
+           "clocklm auto shows what auto resolved to where its JSON says.")
 out.append("")
 out.append("## clocklm roofline\n")
 out.append("```")
