@@ -1,4 +1,5 @@
-// oneDNN-backed gemm with a per-shape primitive cache, and the bf16 conversions.
+// oneDNN-backed gemm with a per-shape primitive cache, the bf16 conversions, and the CPU backend's
+// oneDNN engine and stream (dnnl_context.h).
 // Why a cache: creating a oneDNN matmul primitive costs ~0.1-1 ms (JIT code generation); a training
 // step calls a few dozen distinct shapes thousands of times, so each shape is created once.
 #include "backend/cpu/matmul.h"
@@ -13,6 +14,7 @@
 #include <dnnl.hpp>
 #include <omp.h>
 
+#include "backend/cpu/dnnl_context.h"
 #include "core/common.h"
 
 namespace clm {
@@ -59,20 +61,29 @@ struct GemmEntry {
   dnnl::memory::desc a, b, c;
 };
 
-// The CPU "device context": one engine, one stream and the primitive cache.
-struct DnnlContext {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
-  std::map<GemmKey, GemmEntry> cache;
+struct GemmCache {
+  std::map<GemmKey, GemmEntry> map;
   std::mutex mu;
 };
 
-DnnlContext& ctx() {
-  static DnnlContext c;
+GemmCache& gemm_cache() {
+  static GemmCache c;
   return c;
 }
 
 }  // namespace
+
+// Created on first use and never destroyed: primitives cached in other static objects refer to the
+// engine, and static destructors run in no order this file controls.
+dnnl::engine& cpu_engine() {
+  static dnnl::engine* eng = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *eng;
+}
+
+dnnl::stream& cpu_stream() {
+  static dnnl::stream* strm = new dnnl::stream(cpu_engine());
+  return *strm;
+}
 
 void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           const void* B, float* C, bool accumulate) {
@@ -83,11 +94,12 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   }
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  auto& c = ctx();
+  auto& c = gemm_cache();
   std::lock_guard<std::mutex> lock(c.mu);
+  dnnl::engine& eng = cpu_engine();
   GemmKey key{int(prec), trans_a, trans_b, accumulate, omp_get_max_threads(), M, N, K};
-  auto it = c.cache.find(key);
-  if (it == c.cache.end()) {
+  auto it = c.map.find(key);
+  if (it == c.map.end()) {
     dt in_t = prec == MatPrec::BF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc a_md(dims{M, K}, in_t, trans_a ? dims{1, M} : dims{K, 1});
     dnnl::memory::desc b_md(dims{K, N}, in_t, trans_b ? dims{1, K} : dims{N, 1});
@@ -99,15 +111,15 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
       attr.set_post_ops(po);
     }
     dnnl::matmul::desc d(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(d, attr, c.eng);
-    it = c.cache.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
+    dnnl::matmul::primitive_desc pd(d, attr, eng);
+    it = c.map.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
   }
   GemmEntry& e = it->second;
-  dnnl::memory am(e.a, c.eng, const_cast<void*>(A));
-  dnnl::memory bm(e.b, c.eng, const_cast<void*>(B));
-  dnnl::memory cm(e.c, c.eng, C);
-  e.prim.execute(c.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  c.strm.wait();
+  dnnl::memory am(e.a, eng, const_cast<void*>(A));
+  dnnl::memory bm(e.b, eng, const_cast<void*>(B));
+  dnnl::memory cm(e.c, eng, C);
+  e.prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  cpu_stream().wait();
 }
 
 double measure_matmul_ceiling_gflops(int64_t n, int reps) {

@@ -5,6 +5,7 @@
 // so working on the short side keeps the a^3 term small. In bf16 mode the matmul inputs are bf16
 // copies of the fp32 state (fp32 accumulation; the iteration's state stays fp32), which is what
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
+// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h).
 #include "backend/cpu/newton_schulz.h"
 
 #include <cmath>
@@ -18,8 +19,9 @@
 #include <immintrin.h>
 #endif
 
-#include "core/common.h"
+#include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/optim_kernels.h"
+#include "core/common.h"
 
 namespace clm {
 
@@ -27,8 +29,6 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 struct NewtonSchulzImpl {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
   // Primitives keyed by (M, K, N, weights transposed, output scale, sum scale, bf16).
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, float, float, bool>;
   std::map<Key, dnnl::matmul> cache;
@@ -52,7 +52,7 @@ struct NewtonSchulzImpl {
       attr.set_post_ops(po);
     }
     dnnl::matmul::desc d(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(d, attr, eng);
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     return cache.emplace(key, dnnl::matmul(pd)).first->second;
   }
 
@@ -61,12 +61,13 @@ struct NewtonSchulzImpl {
               float beta, bool bf16) {
     auto& prim = get(M, K, N, transB, alpha, beta, bf16);
     dt in = bf16 ? dt::bf16 : dt::f32;
+    dnnl::engine& eng = cpu_engine();
     dnnl::memory am({{M, K}, in, dnnl::memory::dims{K, 1}}, eng, const_cast<void*>(a));
     dnnl::memory bm({{K, N}, in, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}}, eng,
                     const_cast<void*>(b));
     dnnl::memory cm({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, eng, c);
-    prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    strm.wait();
+    prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    cpu_stream().wait();
   }
 };
 
