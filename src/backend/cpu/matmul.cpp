@@ -1,5 +1,5 @@
-// oneDNN-backed gemm with a per-shape primitive cache, the bf16 conversions, and the CPU backend's
-// oneDNN engine and stream (dnnl_context.h).
+// oneDNN-backed gemm with a per-shape primitive cache, the CPU backend's oneDNN engine and stream
+// (dnnl_context.h), and the scalar bf16 conversion (the array conversions are kernels: convert.cpp).
 // Why a cache: creating a oneDNN matmul primitive costs ~0.1-1 ms (JIT code generation); a training
 // step calls a few dozen distinct shapes thousands of times, so each shape is created once.
 #include "backend/cpu/matmul.h"
@@ -25,26 +25,6 @@ bf16 f32_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
   return bf16(u >> 16);
-}
-
-void f32_to_bf16(const float* x, bf16* y, int64_t n) {
-  // Same rounding as the scalar version, written so the compiler vectorises it (AVX-512 has a
-  // native cvtne2ps2bf16, but this integer form is equally memory bound and portable).
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = bf16(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40) : r);
-  }
-}
-
-void bf16_to_f32(const bf16* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = uint32_t(x[i]) << 16;
-    std::memcpy(&y[i], &u, 4);
-  }
 }
 
 namespace {

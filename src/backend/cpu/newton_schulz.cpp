@@ -5,7 +5,8 @@
 // so working on the short side keeps the a^3 term small. In bf16 mode the matmul inputs are bf16
 // copies of the fp32 state (fp32 accumulation; the iteration's state stays fp32), which is what
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
-// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h).
+// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h); the bf16 copies
+// come from the dispatched f32_to_bf16 (the conversion instruction where the CPU has one).
 #include "backend/cpu/newton_schulz.h"
 
 #include <cmath>
@@ -15,11 +16,9 @@
 #include <vector>
 
 #include <dnnl.hpp>
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
 
 #include "backend/cpu/dnnl_context.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/optim_kernels.h"
 #include "core/common.h"
 
@@ -33,7 +32,7 @@ struct NewtonSchulzImpl {
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, float, float, bool>;
   std::map<Key, dnnl::matmul> cache;
   std::vector<float> X, Y, A, B;       // fp32 state and scratch
-  std::vector<uint16_t> Xh, Ah;        // bf16 copies
+  std::vector<bf16> Xh, Ah;            // bf16 copies
 
   dnnl::matmul& get(int64_t M, int64_t K, int64_t N, bool transB, float alpha, float beta, bool bf16) {
     Key key{M, K, N, transB, alpha, beta, bf16};
@@ -71,32 +70,8 @@ struct NewtonSchulzImpl {
   }
 };
 
-// fp32 -> bf16 with round-to-nearest-even (NaN kept quiet).
 // Below this many multiply-adds per X X^T (a*a*b), the fp32 loop path is used (always in fp32).
 constexpr int64_t kSmallNs = 128 * 128 * 256;
-
-static void to_bf16(const float* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512BF16__)
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t j = 0; j < n / 16; ++j) {
-    __m512 v = _mm512_loadu_ps(x + j * 16);
-    __m256bh h = _mm512_cvtneps_pbh(v);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j * 16), reinterpret_cast<__m256i&>(h));
-  }
-  i = n / 16 * 16;
-#endif
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    if ((u & 0x7fffffff) > 0x7f800000) {
-      y[i] = uint16_t((u >> 16) | 0x40);
-      continue;
-    }
-    u += 0x7fff + ((u >> 16) & 1);
-    y[i] = uint16_t(u >> 16);
-  }
-}
 
 // Small matrices (tiny test models, a d_model of 64..128): a plain fp32 triple loop beats oneDNN's
 // per-call overhead. C (M x N) = alpha * A(M x K) * B(K x N, or the rows of an N x K matrix) + beta*C.
@@ -165,11 +140,11 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
     s.Xh.resize(n);
     s.Ah.resize(a * a);
     for (int it = 0; it < steps; ++it) {
-      to_bf16(s.X.data(), s.Xh.data(), n);
+      f32_to_bf16(s.X.data(), s.Xh.data(), n);
       s.matmul(s.Xh.data(), s.Xh.data(), s.A.data(), a, b, a, true, 1.0f, 0.0f, true);        // A = X X^T
-      to_bf16(s.A.data(), s.Ah.data(), a * a);
+      f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
       s.matmul(s.Ah.data(), s.Ah.data(), s.A.data(), a, a, a, false, kNsC, kNsB, true);      // A = cAA + bA
-      to_bf16(s.A.data(), s.Ah.data(), a * a);
+      f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
       s.matmul(s.Ah.data(), s.Xh.data(), s.X.data(), a, a, b, false, 1.0f, kNsA, true);      // X = AX + aX
     }
   } else {
