@@ -9,4 +9,8 @@ namespace clm {
 dnnl::engine& cpu_engine();
 dnnl::stream& cpu_stream();
 
+// Whether oneDNN can run bf16 matmuls on this CPU (oneDNN 2.x needs AVX-512 for them). Where it
+// cannot, gemm() widens bf16 inputs to fp32 and Newton-Schulz runs in fp32, so training still runs.
+bool cpu_has_bf16_matmul();
+
 }  // namespace clm

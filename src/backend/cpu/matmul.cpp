@@ -43,6 +43,7 @@ struct GemmEntry {
 
 struct GemmCache {
   std::map<GemmKey, GemmEntry> map;
+  std::vector<float> wide_a, wide_b;  // bf16 inputs widened to fp32 (no bf16 matmul on this CPU)
   std::mutex mu;
 };
 
@@ -65,6 +66,21 @@ dnnl::stream& cpu_stream() {
   return *strm;
 }
 
+bool cpu_has_bf16_matmul() {
+  static const bool ok = [] {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      dnnl::memory::desc ab({16, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ab, ab, c), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           const void* B, float* C, bool accumulate) {
   if (M <= 0 || N <= 0) return;
@@ -77,10 +93,13 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   auto& c = gemm_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   dnnl::engine& eng = cpu_engine();
+  // Where oneDNN has no bf16 matmul for this CPU, bf16 inputs are widened to fp32 (exactly) and
+  // multiplied in fp32: the same products, fp32 accumulation as before, only slower.
+  const bool widen = prec == MatPrec::BF16 && !cpu_has_bf16_matmul();
   GemmKey key{int(prec), trans_a, trans_b, accumulate, omp_get_max_threads(), M, N, K};
   auto it = c.map.find(key);
   if (it == c.map.end()) {
-    dt in_t = prec == MatPrec::BF16 ? dt::bf16 : dt::f32;
+    dt in_t = prec == MatPrec::BF16 && !widen ? dt::bf16 : dt::f32;
     dnnl::memory::desc a_md(dims{M, K}, in_t, trans_a ? dims{1, M} : dims{K, 1});
     dnnl::memory::desc b_md(dims{K, N}, in_t, trans_b ? dims{1, K} : dims{N, 1});
     dnnl::memory::desc c_md(dims{M, N}, dt::f32, dims{N, 1});
@@ -95,6 +114,14 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
     it = c.map.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
   }
   GemmEntry& e = it->second;
+  if (widen) {
+    c.wide_a.resize(size_t(M * K));
+    c.wide_b.resize(size_t(K * N));
+    bf16_to_f32(static_cast<const bf16*>(A), c.wide_a.data(), M * K);
+    bf16_to_f32(static_cast<const bf16*>(B), c.wide_b.data(), K * N);
+    A = c.wide_a.data();
+    B = c.wide_b.data();
+  }
   dnnl::memory am(e.a, eng, const_cast<void*>(A));
   dnnl::memory bm(e.b, eng, const_cast<void*>(B));
   dnnl::memory cm(e.c, eng, C);

@@ -119,6 +119,9 @@ double NewtonSchulz::flops(int64_t rows, int64_t cols, int steps) {
 
 void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, int steps, bool bf16) {
   NewtonSchulzImpl& s = *impl;
+  // Without bf16 matmuls in oneDNN (CPUs without AVX-512) the iteration runs in fp32: widening bf16
+  // copies back to fp32 would cost the same and only lose precision.
+  bf16 = bf16 && cpu_has_bf16_matmul();
   const bool tr = rows > cols;  // work on X = G^T so that X is short and wide
   const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
   s.X.resize(n);
