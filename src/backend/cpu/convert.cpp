@@ -44,12 +44,8 @@ void bf16_to_f32(const bf16* x, float* y, int64_t n) {
 
 #if CLM_ISA == CLM_ISA_AVX512
 // Selected by kernel_table.cpp only when the CPU has AVX512_BF16.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512bf16"))), apply_to = function)
-#else
 #pragma GCC push_options
-#pragma GCC target("avx512bf16")
-#endif
+#pragma GCC target("avx512bf16")  // added to the variant's AVX-512 target
 void f32_to_bf16_avx512bf16(const float* x, bf16* y, int64_t n) {
   const int64_t nv = n / 16;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
@@ -67,11 +63,7 @@ void f32_to_bf16_avx512bf16(const float* x, bf16* y, int64_t n) {
   }
   for (int64_t i = nv * 16; i < n; ++i) y[i] = to_bf16(x[i]);
 }
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
 #pragma GCC pop_options
-#endif
 #endif
 
 CLM_ISA_END

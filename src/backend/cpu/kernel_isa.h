@@ -10,7 +10,10 @@
 // and the linker keeps one of the copies. Built with -mavx512f, that copy could be AVX-512 code
 // that the generic variant then calls on a CPU without AVX-512. Under the pragma only the functions
 // written inside the region, all in the variant's own namespace, get the wider instruction set;
-// everything declared in headers before it keeps the baseline target (checked with GCC 12).
+// everything declared in headers before it keeps the baseline target (checked with GCC 12). GCC
+// also gives the OpenMP regions outlined from such a function the same target; clang does not, so
+// the avx2 and avx512 variants need GCC (CMakeLists.txt says so). Code inside the region must not
+// define namespace-scope objects with dynamic initialisation: those would run at startup on any CPU.
 #pragma once
 
 #define CLM_ISA_GENERIC 0
@@ -23,6 +26,9 @@
 
 #if CLM_ISA != CLM_ISA_GENERIC && !defined(__x86_64__)
 #error "the AVX2 and AVX-512 kernel variants exist only for x86-64"
+#endif
+#if CLM_ISA != CLM_ISA_GENERIC && (defined(__clang__) || !defined(__GNUC__))
+#error "the AVX2 and AVX-512 kernel variants need GCC (build with CLOCKLM_CPU_VARIANTS=generic)"
 #endif
 
 // CLM_ISA_VLEN: floats per SIMD register; CLM_ISA_NREGS: SIMD registers the code may plan for.
@@ -54,11 +60,6 @@
 #if !defined(CLM_ISA_TARGET)
 #define CLM_ISA_BEGIN namespace clm { namespace CLM_ISA_NS {
 #define CLM_ISA_END } }
-#elif defined(__clang__)
-#define CLM_ISA_BEGIN                                                                            \
-  CLM_ISA_PRAGMA(clang attribute push(__attribute__((target(CLM_ISA_TARGET))), apply_to = function)) \
-  namespace clm { namespace CLM_ISA_NS {
-#define CLM_ISA_END } } CLM_ISA_PRAGMA(clang attribute pop)
 #else
 #define CLM_ISA_BEGIN                                                                            \
   CLM_ISA_PRAGMA(GCC push_options) CLM_ISA_PRAGMA(GCC target(CLM_ISA_TARGET))                    \
