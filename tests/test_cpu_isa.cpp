@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
@@ -223,6 +224,41 @@ TEST(CpuIsa, EnvironmentVariableForcesOrRefusesAVariant) {
     EXPECT_NE(r.out.find("CLOCKLM_CPU_ISA=" + isa + ": "), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
+}
+
+TEST(CpuIsa, BinaryUsesAvxOnlyInsideTheKernelVariants) {
+  // What makes the binary run on any x86-64 CPU: AVX (VEX/EVEX-encoded, mnemonics v...) code only
+  // in the avx2 and avx512 variants, which run only after the CPU was checked.
+#if !defined(__x86_64__) || defined(__AVX__)
+  GTEST_SKIP() << "not an x86-64 build, or everything is built for AVX (-march=native)";
+#else
+  cli_test::CmdResult r =
+      cli_test::run_cmd(std::string("objdump -d --no-show-raw-insn -C ") + CLOCKLM_BINARY);
+  if (r.status != 0) GTEST_SKIP() << "objdump failed: " << r.out.substr(0, 200);
+  std::string fn, bad;
+  int nbad = 0, in_variants = 0;
+  size_t pos = 0;
+  while (pos < r.out.size()) {
+    size_t end = r.out.find('\n', pos);
+    if (end == std::string::npos) end = r.out.size();
+    std::string_view line(r.out.data() + pos, end - pos);
+    pos = end + 1;
+    if (line.size() > 2 && line.substr(line.size() - 2) == ">:") {
+      fn = std::string(line);
+      continue;
+    }
+    size_t tab = line.find(":\t");
+    if (tab == std::string_view::npos || tab + 2 >= line.size() || line[tab + 2] != 'v') continue;
+    if (fn.find("isa_avx2::") != std::string::npos || fn.find("isa_avx512::") != std::string::npos) {
+      ++in_variants;
+      continue;
+    }
+    if (nbad++ < 5) bad += "\n  " + fn + "  " + std::string(line);
+  }
+  EXPECT_EQ(nbad, 0) << "AVX instructions outside the kernel variants:" << bad;
+  std::vector<std::string> compiled = cpu_kernel_isas_compiled();
+  if (compiled.size() > 1) EXPECT_GT(in_variants, 0);  // the scan did see the variants' code
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------
