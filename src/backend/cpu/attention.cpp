@@ -24,6 +24,10 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vmath.h"
 
+#if CLM_ISA == CLM_ISA_AVX512
+#include <immintrin.h>
+#endif
+
 CLM_ISA_BEGIN
 
 namespace {
@@ -118,6 +122,41 @@ void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const fl
   }
 }
 
+// max(row[0:lim)), -inf when lim <= 0; lim <= KT. Vectorised, since max is exact in any order (a
+// scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With AVX-512
+// the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole tile
+// with the invisible keys replaced by -inf (left to itself, GCC 12 makes this reduction scalar).
+inline float visible_max(const float* row, int lim) {
+#if CLM_ISA == CLM_ISA_AVX512
+  __m512 vmx = _mm512_set1_ps(-INFINITY);
+  for (int c0 = 0; c0 < lim; c0 += 16) {
+    int left = lim - c0;
+    __mmask16 msk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    vmx = _mm512_mask_max_ps(vmx, msk, vmx, _mm512_loadu_ps(row + c0));
+  }
+  return _mm512_reduce_max_ps(vmx);
+#else
+  typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
+  vint lane;
+  vfloat neg_inf;
+  for (int i = 0; i < VL; ++i) {
+    lane[i] = i;
+    neg_inf[i] = -INFINITY;
+  }
+  vfloat vmx = neg_inf;
+  for (int c0 = 0; c0 < KT; c0 += VL) {
+    vfloat x = vload(row + c0);
+    x = lane + c0 < lim ? x : neg_inf;
+    vmx = x > vmx ? x : vmx;
+  }
+  float part[VL];
+  std::memcpy(part, &vmx, sizeof part);
+  for (int w = VL / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) part[i] = std::max(part[i], part[i + w]);
+  return part[0];
+#endif
+}
+
 // Transpose rows [k0, k0+nk) of x ([T][hd]) into xt[hd][KT], zero-padding keys past nk.
 void load_transposed(const float* x, int k0, int nk, int hd, float* xt) {
   for (int d = 0; d < hd; ++d) {
@@ -168,12 +207,7 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
           for (int r = 0; r < nq; ++r) {
             float* sr = s.data() + r * KT;
             int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0, k0+lim) are visible
-            // Max over the visible keys, over the whole tile with the rest masked so the loop
-            // vectorises (max is exact in any order; a scalar loop here was a serial chain of
-            // maxss that cost ~a quarter of the forward).
-            float mx = m[r];
-#pragma omp simd reduction(max : mx)
-            for (int c = 0; c < KT; ++c) mx = std::max(mx, c < lim ? sr[c] : -INFINITY);
+            float mx = std::max(m[r], visible_max(sr, lim));
             float corr = vexp(m[r] - mx);  // m = -inf the first time -> 0
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
