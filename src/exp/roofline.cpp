@@ -1,5 +1,5 @@
-// Roofline measurement (see roofline.h). Matmuls go through oneDNN with large square shapes so the
-// result is the practical ceiling our kernels can reach; bandwidth uses arrays far larger than the
+// Roofline measurement (see roofline.h). Matmuls go through oneDNN (the CPU backend's shared engine
+// and stream) with large square shapes so the result is the practical ceiling our kernels can reach; bandwidth uses arrays far larger than the
 // last-level cache, touched in parallel with the same thread count the trainer uses.
 #include "exp/roofline.h"
 
@@ -13,6 +13,7 @@
 
 #include <dnnl.hpp>
 
+#include "backend/cpu/dnnl_context.h"
 #include "core/common.h"
 #include "exp/runinfo.h"
 
@@ -64,8 +65,8 @@ Roofline roofline_from_json(const nlohmann::json& j) {
 // Best FLOP/s of an n x n x n matmul over repeated runs lasting at least `seconds`.
 static double time_matmul(int n, bool bf16, double seconds) {
   using namespace dnnl;
-  engine eng(engine::kind::cpu, 0);
-  stream strm(eng);
+  engine& eng = cpu_engine();
+  stream& strm = cpu_stream();
   auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   memory::desc a_md({n, n}, in_dt, memory::format_tag::ab);
   memory::desc b_md({n, n}, in_dt, memory::format_tag::any);  // oneDNN picks its best weights layout

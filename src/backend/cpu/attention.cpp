@@ -7,66 +7,93 @@
 // (deterministic, no atomics).
 //
 // Every tile product is one shape: out[m][0:W] (+)= sum_k a(m,k) * Brow_k[0:W], with W the key tile
-// (64) or head_dim. bcast_fma() does it with AVX-512 register blocking (several rows share each
-// loaded B vector) when W is a multiple of 16, and with plain loops otherwise.
+// (64) or head_dim. bcast_fma() does it with register blocking (several rows share each loaded B
+// vector) when W is a multiple of 16, and with plain loops otherwise. The blocked form is written
+// with GCC vector types as wide as the kernel variant's registers (kernel_isa.h: 16 floats for
+// AVX-512, 8 for AVX2, 4 for SSE2 or NEON), so each variant gets its own register plan from one
+// source; with FMA available the multiply-add contracts into one instruction.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include <immintrin.h>
 #include <omp.h>
 
+#include "backend/cpu/kernel_isa.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vmath.h"
 
-namespace clm {
+#if CLM_ISA == CLM_ISA_AVX512
+#include <immintrin.h>
+#endif
+
+CLM_ISA_BEGIN
 
 namespace {
 
 constexpr int QT = 64;  // query rows per tile
 constexpr int KT = 64;  // keys per tile (the vectorised dimension of the score tile)
 
-// out[m*ldo + 0:W] = (zero ? 0 : out) + sum_{k<K} A[m*a_sm + k*a_sk] * B[k*ldb + 0:W], m < M.
-template <int W>
-void bcast_fma_fixed(float* __restrict out, int ldo, const float* __restrict A, int a_sm, int a_sk,
-                     const float* __restrict B, int ldb, int M, int K, bool zero) {
-  constexpr int NV = W / 16;
-  constexpr int MR = NV <= 2 ? 6 : (NV <= 4 ? 4 : 2);  // accumulators + B vectors fit 32 zmm
-  int m = 0;
-  for (; m + MR <= M; m += MR) {
-    __m512 acc[MR][NV];
-    for (int i = 0; i < MR; ++i)
-      for (int v = 0; v < NV; ++v)
-        acc[i][v] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out + (m + i) * ldo + v * 16);
-    for (int k = 0; k < K; ++k) {
-      __m512 b[NV];
-      for (int v = 0; v < NV; ++v) {
-        b[v] = _mm512_loadu_ps(B + k * ldb + v * 16);
-        // Keeps b[v] in a register. Left alone, GCC folds the load into each of the MR FMAs that
-        // use it, so every FMA carries its own 64-byte load and the loop is bound by loads, not
-        // FMAs (measured: ~2x slower attention).
-        __asm__("" : "+v"(b[v]));
-      }
-      for (int i = 0; i < MR; ++i) {
-        __m512 a = _mm512_set1_ps(A[(m + i) * a_sm + k * a_sk]);
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(a, b[v], acc[i][v]);
-      }
+constexpr int VL = CLM_ISA_VLEN;  // floats per SIMD register
+typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
+typedef float vfloat_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4)));
+
+inline vfloat vload(const float* p) { return *reinterpret_cast<const vfloat_unaligned*>(p); }
+inline void vstore(float* p, vfloat v) { *reinterpret_cast<vfloat_unaligned*>(p) = v; }
+
+// Keeps v in a register. Left alone, GCC folds the load of each B vector into each of the rows'
+// FMAs that use it, so every FMA carries its own load and the loop is bound by loads, not FMAs
+// (measured with AVX-512: ~2x slower attention).
+inline void keep_in_register(vfloat& v) {
+#if defined(__x86_64__)
+  __asm__("" : "+v"(v));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#endif
+}
+
+// R rows x NB vectors of output: out[i*ldo + 0:NB*VL] (+)= sum_k A[i*a_sm + k*a_sk] * B[k*ldb + ..].
+// Always inlined: as a call of its own, GCC kept the accumulators in memory between the loops.
+template <int R, int NB>
+[[gnu::always_inline]] inline void bcast_fma_tile(float* __restrict out, int ldo, const float* __restrict A, int a_sm,
+                           int a_sk, const float* __restrict B, int ldb, int K, bool zero) {
+  vfloat acc[R][NB];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < NB; ++v) acc[i][v] = zero ? vfloat{} : vload(out + i * ldo + v * VL);
+  for (int k = 0; k < K; ++k) {
+    vfloat b[NB];
+    for (int v = 0; v < NB; ++v) {
+      b[v] = vload(B + k * ldb + v * VL);
+      keep_in_register(b[v]);
     }
-    for (int i = 0; i < MR; ++i)
-      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + (m + i) * ldo + v * 16, acc[i][v]);
+    for (int i = 0; i < R; ++i) {
+      const float a = A[i * a_sm + k * a_sk];
+      for (int v = 0; v < NB; ++v) acc[i][v] += a * b[v];
+    }
   }
-  for (; m < M; ++m) {
-    __m512 acc[NV];
-    for (int v = 0; v < NV; ++v)
-      acc[v] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out + m * ldo + v * 16);
-    for (int k = 0; k < K; ++k) {
-      __m512 a = _mm512_set1_ps(A[m * a_sm + k * a_sk]);
-      for (int v = 0; v < NV; ++v)
-        acc[v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(B + k * ldb + v * 16), acc[v]);
-    }
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + m * ldo + v * 16, acc[v]);
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < NB; ++v) vstore(out + i * ldo + v * VL, acc[i][v]);
+}
+
+// out[m*ldo + 0:W] = (zero ? 0 : out) + sum_{k<K} A[m*a_sm + k*a_sk] * B[k*ldb + 0:W], m < M.
+// Column blocks of NB vectors, MR rows at a time: the MR*NB accumulators, NB B vectors and the
+// broadcast A value fit the variant's registers (16 or 32).
+template <int W>
+void bcast_fma_fixed(float* out, int ldo, const float* A, int a_sm, int a_sk, const float* B,
+                     int ldb, int M, int K, bool zero) {
+  static_assert(W % VL == 0);
+  constexpr int NV = W / VL;
+  constexpr int NB = std::min(NV, CLM_ISA_NREGS >= 32 ? 8 : 2);
+  constexpr int MR = NB <= 2 ? 6 : (NB <= 4 ? 4 : 2);
+  for (int j0 = 0; j0 < W; j0 += NB * VL) {
+    int m = 0;
+    for (; m + MR <= M; m += MR)
+      bcast_fma_tile<MR, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K,
+                             zero);
+    for (; m < M; ++m)
+      bcast_fma_tile<1, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K,
+                            zero);
   }
 }
 
@@ -93,6 +120,41 @@ void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const fl
     case 128: return bcast_fma_fixed<128>(out, ldo, A, a_sm, a_sk, B, ldb, M, K, zero);
     default: return bcast_fma_generic(out, ldo, A, a_sm, a_sk, B, ldb, M, K, W, zero);
   }
+}
+
+// max(row[0:lim)), -inf when lim <= 0; lim <= KT. Vectorised, since max is exact in any order (a
+// scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With AVX-512
+// the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole tile
+// with the invisible keys replaced by -inf (left to itself, GCC 12 makes this reduction scalar).
+inline float visible_max(const float* row, int lim) {
+#if CLM_ISA == CLM_ISA_AVX512
+  __m512 vmx = _mm512_set1_ps(-INFINITY);
+  for (int c0 = 0; c0 < lim; c0 += 16) {
+    int left = lim - c0;
+    __mmask16 msk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    vmx = _mm512_mask_max_ps(vmx, msk, vmx, _mm512_loadu_ps(row + c0));
+  }
+  return _mm512_reduce_max_ps(vmx);
+#else
+  typedef int32_t vint __attribute__((vector_size(VL * sizeof(int32_t))));
+  vint lane;
+  vfloat neg_inf;
+  for (int i = 0; i < VL; ++i) {
+    lane[i] = i;
+    neg_inf[i] = -INFINITY;
+  }
+  vfloat vmx = neg_inf;
+  for (int c0 = 0; c0 < KT; c0 += VL) {
+    vfloat x = vload(row + c0);
+    x = lane + c0 < lim ? x : neg_inf;
+    vmx = x > vmx ? x : vmx;
+  }
+  float part[VL];
+  std::memcpy(part, &vmx, sizeof part);
+  for (int w = VL / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) part[i] = std::max(part[i], part[i + w]);
+  return part[0];
+#endif
 }
 
 // Transpose rows [k0, k0+nk) of x ([T][hd]) into xt[hd][KT], zero-padding keys past nk.
@@ -145,15 +207,7 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
           for (int r = 0; r < nq; ++r) {
             float* sr = s.data() + r * KT;
             int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0, k0+lim) are visible
-            // Max over the visible keys, 16 lanes at a time (max is exact in any order; a scalar
-            // loop here was a serial chain of vmaxss that cost ~a quarter of the forward).
-            __m512 vmx = _mm512_set1_ps(-INFINITY);
-            for (int c0 = 0; c0 < lim; c0 += 16) {
-              int left = lim - c0;
-              __mmask16 msk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-              vmx = _mm512_mask_max_ps(vmx, msk, vmx, _mm512_loadu_ps(sr + c0));
-            }
-            float mx = std::max(m[r], _mm512_reduce_max_ps(vmx));
+            float mx = std::max(m[r], visible_max(sr, lim));
             float corr = vexp(m[r] - mx);  // m = -inf the first time -> 0
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -250,4 +304,4 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
   }
 }
 
-}  // namespace clm
+CLM_ISA_END

@@ -1,4 +1,5 @@
-// oneDNN-backed gemm with a per-shape primitive cache, and the bf16 conversions.
+// oneDNN-backed gemm with a per-shape primitive cache, the CPU backend's oneDNN engine and stream
+// (dnnl_context.h), and the scalar bf16 conversion (the array conversions are kernels: convert.cpp).
 // Why a cache: creating a oneDNN matmul primitive costs ~0.1-1 ms (JIT code generation); a training
 // step calls a few dozen distinct shapes thousands of times, so each shape is created once.
 #include "backend/cpu/matmul.h"
@@ -13,29 +14,10 @@
 #include <dnnl.hpp>
 #include <omp.h>
 
+#include "backend/cpu/dnnl_context.h"
 #include "core/common.h"
 
 namespace clm {
-
-void f32_to_bf16(const float* x, bf16* y, int64_t n) {
-  // Same rounding as the scalar version, written so the compiler vectorises it (AVX-512 has a
-  // native cvtne2ps2bf16, but this integer form is equally memory bound and portable).
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = bf16(((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40) : r);
-  }
-}
-
-void bf16_to_f32(const bf16* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = uint32_t(x[i]) << 16;
-    std::memcpy(&y[i], &u, 4);
-  }
-}
 
 namespace {
 
@@ -51,20 +33,45 @@ struct GemmEntry {
   dnnl::memory::desc a, b, c;
 };
 
-// The CPU "device context": one engine, one stream and the primitive cache.
-struct DnnlContext {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
-  std::map<GemmKey, GemmEntry> cache;
+struct GemmCache {
+  std::map<GemmKey, GemmEntry> map;
+  std::vector<float> wide_a, wide_b;  // bf16 inputs widened to fp32 (no bf16 matmul on this CPU)
   std::mutex mu;
 };
 
-DnnlContext& ctx() {
-  static DnnlContext c;
+GemmCache& gemm_cache() {
+  static GemmCache c;
   return c;
 }
 
 }  // namespace
+
+// Created on first use and never destroyed: primitives cached in other static objects refer to the
+// engine, and static destructors run in no order this file controls.
+dnnl::engine& cpu_engine() {
+  static dnnl::engine* eng = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *eng;
+}
+
+dnnl::stream& cpu_stream() {
+  static dnnl::stream* strm = new dnnl::stream(cpu_engine());
+  return *strm;
+}
+
+bool cpu_has_bf16_matmul() {
+  static const bool ok = [] {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      dnnl::memory::desc ab({16, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ab, ab, c), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
 
 void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           const void* B, float* C, bool accumulate) {
@@ -75,12 +82,16 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   }
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  auto& c = ctx();
+  auto& c = gemm_cache();
   std::lock_guard<std::mutex> lock(c.mu);
+  dnnl::engine& eng = cpu_engine();
+  // Where oneDNN has no bf16 matmul for this CPU, bf16 inputs are widened to fp32 (exactly) and
+  // multiplied in fp32: the same products, fp32 accumulation as before, only slower.
+  const bool widen = prec == MatPrec::BF16 && !cpu_has_bf16_matmul();
   GemmKey key{int(prec), trans_a, trans_b, accumulate, omp_get_max_threads(), M, N, K};
-  auto it = c.cache.find(key);
-  if (it == c.cache.end()) {
-    dt in_t = prec == MatPrec::BF16 ? dt::bf16 : dt::f32;
+  auto it = c.map.find(key);
+  if (it == c.map.end()) {
+    dt in_t = prec == MatPrec::BF16 && !widen ? dt::bf16 : dt::f32;
     dnnl::memory::desc a_md(dims{M, K}, in_t, trans_a ? dims{1, M} : dims{K, 1});
     dnnl::memory::desc b_md(dims{K, N}, in_t, trans_b ? dims{1, K} : dims{N, 1});
     dnnl::memory::desc c_md(dims{M, N}, dt::f32, dims{N, 1});
@@ -91,15 +102,23 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
       attr.set_post_ops(po);
     }
     dnnl::matmul::desc d(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(d, attr, c.eng);
-    it = c.cache.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
+    dnnl::matmul::primitive_desc pd(d, attr, eng);
+    it = c.map.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
   }
   GemmEntry& e = it->second;
-  dnnl::memory am(e.a, c.eng, const_cast<void*>(A));
-  dnnl::memory bm(e.b, c.eng, const_cast<void*>(B));
-  dnnl::memory cm(e.c, c.eng, C);
-  e.prim.execute(c.strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  c.strm.wait();
+  if (widen) {
+    c.wide_a.resize(size_t(M * K));
+    c.wide_b.resize(size_t(K * N));
+    bf16_to_f32(static_cast<const bf16*>(A), c.wide_a.data(), M * K);
+    bf16_to_f32(static_cast<const bf16*>(B), c.wide_b.data(), K * N);
+    A = c.wide_a.data();
+    B = c.wide_b.data();
+  }
+  dnnl::memory am(e.a, eng, const_cast<void*>(A));
+  dnnl::memory bm(e.b, eng, const_cast<void*>(B));
+  dnnl::memory cm(e.c, eng, C);
+  e.prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  cpu_stream().wait();
 }
 
 double measure_matmul_ceiling_gflops(int64_t n, int reps) {

@@ -5,6 +5,8 @@
 // so working on the short side keeps the a^3 term small. In bf16 mode the matmul inputs are bf16
 // copies of the fp32 state (fp32 accumulation; the iteration's state stays fp32), which is what
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
+// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h); the bf16 copies
+// come from the dispatched f32_to_bf16 (the conversion instruction where the CPU has one).
 #include "backend/cpu/newton_schulz.h"
 
 #include <cmath>
@@ -14,12 +16,11 @@
 #include <vector>
 
 #include <dnnl.hpp>
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
 
-#include "core/common.h"
+#include "backend/cpu/dnnl_context.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/optim_kernels.h"
+#include "core/common.h"
 
 namespace clm {
 
@@ -27,13 +28,11 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 struct NewtonSchulzImpl {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  dnnl::stream strm{eng};
   // Primitives keyed by (M, K, N, weights transposed, output scale, sum scale, bf16).
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, float, float, bool>;
   std::map<Key, dnnl::matmul> cache;
   std::vector<float> X, Y, A, B;       // fp32 state and scratch
-  std::vector<uint16_t> Xh, Ah;        // bf16 copies
+  std::vector<bf16> Xh, Ah;            // bf16 copies
 
   dnnl::matmul& get(int64_t M, int64_t K, int64_t N, bool transB, float alpha, float beta, bool bf16) {
     Key key{M, K, N, transB, alpha, beta, bf16};
@@ -52,7 +51,7 @@ struct NewtonSchulzImpl {
       attr.set_post_ops(po);
     }
     dnnl::matmul::desc d(a_md, b_md, c_md);
-    dnnl::matmul::primitive_desc pd(d, attr, eng);
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     return cache.emplace(key, dnnl::matmul(pd)).first->second;
   }
 
@@ -61,41 +60,18 @@ struct NewtonSchulzImpl {
               float beta, bool bf16) {
     auto& prim = get(M, K, N, transB, alpha, beta, bf16);
     dt in = bf16 ? dt::bf16 : dt::f32;
+    dnnl::engine& eng = cpu_engine();
     dnnl::memory am({{M, K}, in, dnnl::memory::dims{K, 1}}, eng, const_cast<void*>(a));
     dnnl::memory bm({{K, N}, in, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}}, eng,
                     const_cast<void*>(b));
     dnnl::memory cm({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, eng, c);
-    prim.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    strm.wait();
+    prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    cpu_stream().wait();
   }
 };
 
-// fp32 -> bf16 with round-to-nearest-even (NaN kept quiet).
 // Below this many multiply-adds per X X^T (a*a*b), the fp32 loop path is used (always in fp32).
 constexpr int64_t kSmallNs = 128 * 128 * 256;
-
-static void to_bf16(const float* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512BF16__)
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-  for (int64_t j = 0; j < n / 16; ++j) {
-    __m512 v = _mm512_loadu_ps(x + j * 16);
-    __m256bh h = _mm512_cvtneps_pbh(v);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j * 16), reinterpret_cast<__m256i&>(h));
-  }
-  i = n / 16 * 16;
-#endif
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    if ((u & 0x7fffffff) > 0x7f800000) {
-      y[i] = uint16_t((u >> 16) | 0x40);
-      continue;
-    }
-    u += 0x7fff + ((u >> 16) & 1);
-    y[i] = uint16_t(u >> 16);
-  }
-}
 
 // Small matrices (tiny test models, a d_model of 64..128): a plain fp32 triple loop beats oneDNN's
 // per-call overhead. C (M x N) = alpha * A(M x K) * B(K x N, or the rows of an N x K matrix) + beta*C.
@@ -143,6 +119,9 @@ double NewtonSchulz::flops(int64_t rows, int64_t cols, int steps) {
 
 void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, int steps, bool bf16) {
   NewtonSchulzImpl& s = *impl;
+  // Without bf16 matmuls in oneDNN (CPUs without AVX-512) the iteration runs in fp32: widening bf16
+  // copies back to fp32 would cost the same and only lose precision.
+  bf16 = bf16 && cpu_has_bf16_matmul();
   const bool tr = rows > cols;  // work on X = G^T so that X is short and wide
   const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
   s.X.resize(n);
@@ -164,11 +143,11 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
     s.Xh.resize(n);
     s.Ah.resize(a * a);
     for (int it = 0; it < steps; ++it) {
-      to_bf16(s.X.data(), s.Xh.data(), n);
+      f32_to_bf16(s.X.data(), s.Xh.data(), n);
       s.matmul(s.Xh.data(), s.Xh.data(), s.A.data(), a, b, a, true, 1.0f, 0.0f, true);        // A = X X^T
-      to_bf16(s.A.data(), s.Ah.data(), a * a);
+      f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
       s.matmul(s.Ah.data(), s.Ah.data(), s.A.data(), a, a, a, false, kNsC, kNsB, true);      // A = cAA + bA
-      to_bf16(s.A.data(), s.Ah.data(), a * a);
+      f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
       s.matmul(s.Ah.data(), s.Xh.data(), s.X.data(), a, a, b, false, 1.0f, kNsA, true);      // X = AX + aX
     }
   } else {

@@ -2,6 +2,8 @@
 // activations, residual add, softcapped cross-entropy). Attention lives in attention.cpp.
 // All loops are OpenMP-static or have no cross-iteration reductions, so results depend only on the
 // thread count. Reductions over rows (norm gains) use per-thread partials summed in thread order.
+// A kernel variant source (kernel_isa.h): compiled once per instruction-set level, the loops are
+// plain C++ that the compiler vectorises for that level; ops.h's functions forward here.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,10 +11,11 @@
 
 #include <omp.h>
 
+#include "backend/cpu/kernel_isa.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vmath.h"
 
-namespace clm {
+CLM_ISA_BEGIN
 
 namespace {
 // Store one value into an fp32 or a bf16 (round-to-nearest-even) output; branch-free, so loops that
@@ -493,4 +496,4 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
   return total;
 }
 
-}  // namespace clm
+CLM_ISA_END

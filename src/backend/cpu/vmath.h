@@ -1,11 +1,13 @@
 // Vectorisable float exp and tanh for the CPU kernels. std::exp/std::tanh are scalar library calls
 // that stop GCC from vectorising a loop; these are branch-free (selects only), so the loops that
-// use them become AVX-512 code. Accuracy: vexp ~2 ulp over the normal range, vtanh ~1e-7 absolute.
+// use them become SIMD code of the kernel variant being compiled (they live in its namespace, see
+// kernel_isa.h). Accuracy: vexp ~2 ulp over the normal range, vtanh ~1e-7 absolute.
 #pragma once
 #include <cstdint>
-#include <cstring>
 
-namespace clm {
+#include "backend/cpu/kernel_isa.h"
+
+CLM_ISA_BEGIN
 
 // e^x: x = k*ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^k by building the exponent.
 inline float vexp(float x) {
@@ -37,4 +39,4 @@ inline float vtanh(float x) {
   return x < 0 ? -t : t;
 }
 
-}  // namespace clm
+CLM_ISA_END
