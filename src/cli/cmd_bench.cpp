@@ -240,6 +240,50 @@ void run_bench_attention(const AttnArgs& a) {
   std::printf("  %-9s %10.2f %10.2f %10.1f\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
 }
 
+struct NsArgs {
+  std::string device = "auto", precision = "auto";
+  int64_t rows = 512, cols = 2048;
+  int steps = 5, reps = 5, threads = 0;
+  bool json = false;
+};
+
+// Newton-Schulz alone on one matrix shape: Muon's cost per matrix and step, and its GFLOP/s.
+void run_bench_ns(const NsArgs& a) {
+  if (a.rows <= 0 || a.cols <= 0 || a.steps <= 0 || a.reps <= 0) fail("bench ns: rows, cols, steps and reps must be positive");
+  int threads = a.threads > 0 ? a.threads : default_threads();
+  omp_set_num_threads(threads);
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  const MatPrec prec = resolve_precision(a.precision, *be);
+  const int64_t n = a.rows * a.cols;
+  DeviceBuffer g(*be, size_t(n) * 4), out(*be, size_t(n) * 4);
+  std::vector<float> host(static_cast<size_t>(n));
+  Rng rng(3);
+  for (float& v : host) v = rng.normal();
+  be->to_device(g.as<float>(), host.data(), host.size() * 4);
+  auto timer = be->timer();
+  be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, a.steps, prec);  // warm-up
+  double best = 1e30, sum = 0;
+  for (int r = 0; r < a.reps; ++r) {
+    timer->start();
+    be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, a.steps, prec);
+    double dt = timer->stop();
+    best = std::min(best, dt);
+    sum += dt;
+  }
+  const double s = double(std::min(a.rows, a.cols)), l = double(std::max(a.rows, a.cols));
+  const double flops = a.steps * (4.0 * s * s * l + 2.0 * s * s * s);
+  if (a.json) {
+    nlohmann::json j = {{"bench", "newton_schulz"}, {"rows", a.rows}, {"cols", a.cols}, {"steps", a.steps},
+                        {"precision", prec_name(prec)}, {"threads", threads}, {"ms_best", best * 1e3},
+                        {"ms_mean", sum / a.reps * 1e3}, {"gflops", flops / best / 1e9}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench ns  %lldx%lld  steps=%d  precision=%s  threads=%d  best %.2f ms  mean %.2f ms  %.1f GFLOP/s\n",
+              (long long)a.rows, (long long)a.cols, a.steps, prec_name(prec), threads, best * 1e3,
+              sum / a.reps * 1e3, flops / best / 1e9);
+}
+
 }  // namespace
 
 void register_bench_commands(CLI::App& app) {
@@ -275,6 +319,17 @@ void register_bench_commands(CLI::App& app) {
   at->add_flag("--json", aa->json, "print one JSON object");
   at->add_option("--device", aa->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   at->callback([aa] { run_bench_attention(*aa); });
+  auto na = std::make_shared<NsArgs>();
+  auto* ns = bench->add_subcommand("ns", "time Muon's Newton-Schulz orthogonalisation of one matrix");
+  ns->add_option("--rows", na->rows, "matrix rows")->capture_default_str();
+  ns->add_option("--cols", na->cols, "matrix columns")->capture_default_str();
+  ns->add_option("--steps", na->steps, "iterations")->capture_default_str();
+  ns->add_option("--precision", na->precision, "auto | bf16 | fp32")->capture_default_str();
+  ns->add_option("--reps", na->reps, "timed repetitions")->capture_default_str();
+  ns->add_option("--threads", na->threads, "worker threads (0 = default)");
+  ns->add_option("--device", na->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
+  ns->add_flag("--json", na->json, "print one JSON object");
+  ns->callback([na] { run_bench_ns(*na); });
 }
 
 }  // namespace clm
