@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "test_num_util.h"
 #include "backend/backend.h"
 #include "core/common.h"
 
@@ -36,13 +37,8 @@ constexpr double kBf16Rel = 1.0 / 256;
 constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff
 
 // ---- host data ---------------------------------------------------------------------------------
-VecF randn(size_t n, uint64_t seed, float s = 1.0f) {
-  Rng r(seed);
-  VecF v(n);
-  for (auto& x : v) x = s * r.normal();
-  return v;
-}
-VecD to_d(const VecF& v) { return VecD(v.begin(), v.end()); }
+using num_test::randn;
+using num_test::to_d;
 VecF widen(const VecH& v) {
   VecF out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "test_num_util.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -27,14 +28,9 @@ using VecF = std::vector<float>;
 
 namespace {
 
-VecF randn(size_t n, uint64_t seed, float s = 1.0f) {
-  Rng r(seed);
-  VecF v(n);
-  for (auto& x : v) x = s * r.normal();
-  return v;
-}
+using num_test::randn;
 
-VecD to_d(const VecF& v) { return VecD(v.begin(), v.end()); }
+using num_test::to_d;
 VecD to_d(const std::vector<bf16>& v) {
   VecD out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
