@@ -67,8 +67,8 @@ void expect_close(const VecD& a, const VecD& b, double rtol, double atol, const 
       at = i;
     }
   }
-  EXPECT_LE(worst, 0.0) << what << ": element " << at << " is " << a[at] << ", reference "
-                        << b[at] << " (rtol " << rtol << ", atol " << atol << ")";
+  EXPECT_LE(worst, 0.0) << what << ": element " << at << " is " << a[at] << ", reference " << b[at]
+                        << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
 // Runs `compute` (which returns its outputs flattened) under every usable variant and compares each
@@ -83,7 +83,7 @@ void expect_variants_match_generic(const std::function<VecD()>& compute, double 
   });
 }
 
-// --- float64 attention reference ------------------------------------------------------------------
+// --- float64 attention reference -----------------------------------------------------------------
 // Forward for Tq queries at the end of Tk keys (cache stride cap); o and lse as attention_fwd.
 void attn_ref_fwd(const VecF& q, const VecF& k, const VecF& v, int B, int H, int Hkv, int Tq,
                   int Tk, int cap, int hd, VecD& o, VecD& lse) {
@@ -132,7 +132,8 @@ void attn_ref_bwd(const VecF& q, const VecF& k, const VecF& v, const VecF& dout,
         double mx = -INFINITY;
         for (int j = 0; j <= i; ++j) {
           double d = 0;
-          for (int c = 0; c < hd; ++c) d += double(q[qoff + size_t(i) * hd + c]) * k[kvoff + size_t(j) * hd + c];
+          for (int c = 0; c < hd; ++c)
+            d += double(q[qoff + size_t(i) * hd + c]) * k[kvoff + size_t(j) * hd + c];
           p[j] = d * scale;
           mx = std::max(mx, p[j]);
         }
@@ -142,7 +143,8 @@ void attn_ref_bwd(const VecF& q, const VecF& k, const VecF& v, const VecF& dout,
         for (int j = 0; j <= i; ++j) {
           p[j] /= sum;
           double d = 0;
-          for (int c = 0; c < hd; ++c) d += double(dout[qoff + size_t(i) * hd + c]) * v[kvoff + size_t(j) * hd + c];
+          for (int c = 0; c < hd; ++c)
+            d += double(dout[qoff + size_t(i) * hd + c]) * v[kvoff + size_t(j) * hd + c];
           dp[j] = d;
           rowdot += p[j] * d;
         }
@@ -166,7 +168,7 @@ double max_abs(const VecD& v) {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 TEST(CpuIsa, NamesVariantsAndSwitchesBetweenThem) {
   std::vector<std::string> compiled = cpu_kernel_isas_compiled(), usable = cpu_kernel_isas_usable();
   ASSERT_FALSE(compiled.empty());
@@ -189,9 +191,11 @@ TEST(CpuIsa, NamesVariantsAndSwitchesBetweenThem) {
     } else {
       try {
         set_cpu_kernel_isa(isa);
-        ADD_FAILURE() << isa << " was accepted though " << (is_compiled ? "unsupported" : "not compiled");
+        ADD_FAILURE() << isa << " was accepted though "
+                      << (is_compiled ? "unsupported" : "not compiled");
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(is_compiled ? "lacks" : "not compiled"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find(is_compiled ? "lacks" : "not compiled"),
+                  std::string::npos)
             << e.what();
       }
     }
@@ -208,9 +212,11 @@ TEST(CpuIsa, EnvironmentVariableForcesOrRefusesAVariant) {
         cli_test::run_cmd("CLOCKLM_CPU_ISA=" + isa + " " + CLOCKLM_BINARY + " " + bench);
     EXPECT_EQ(r.status, 0) << isa << ": " << r.out;
   }
-  cli_test::CmdResult r = cli_test::run_cmd("CLOCKLM_CPU_ISA=avx1024 " + std::string(CLOCKLM_BINARY) + " " + bench);
+  cli_test::CmdResult r =
+      cli_test::run_cmd("CLOCKLM_CPU_ISA=avx1024 " + std::string(CLOCKLM_BINARY) + " " + bench);
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("CLOCKLM_CPU_ISA=avx1024: unknown CPU kernel variant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CLOCKLM_CPU_ISA=avx1024: unknown CPU kernel variant"), std::string::npos)
+      << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;  // one line
   std::vector<std::string> usable = cpu_kernel_isas_usable();
   for (std::string isa : {"avx2", "avx512"}) {
@@ -245,7 +251,8 @@ TEST(CpuIsa, BinaryUsesAvxOnlyInsideTheKernelVariants) {
     }
     size_t tab = line.find(":\t");
     if (tab == std::string_view::npos || tab + 2 >= line.size() || line[tab + 2] != 'v') continue;
-    if (fn.find("isa_avx2::") != std::string::npos || fn.find("isa_avx512::") != std::string::npos) {
+    if (fn.find("isa_avx2::") != std::string::npos ||
+        fn.find("isa_avx512::") != std::string::npos) {
       ++in_variants;
       continue;
     }
@@ -257,14 +264,16 @@ TEST(CpuIsa, BinaryUsesAvxOnlyInsideTheKernelVariants) {
 #endif
 }
 
-// ---------------------------------------------------------------------------------------------------
-struct IsaAttnCase { int B, H, Hkv, Tq, Tk, cap, hd; };
+// -------------------------------------------------------------------------------------------------
+struct IsaAttnCase {
+  int B, H, Hkv, Tq, Tk, cap, hd;
+};
 
 TEST(CpuIsa, AttentionForwardAgainstFloat64) {
   // Full causal (Tq == Tk), and queries at the end of a longer KV cache (Tq < Tk <= cap), with
   // head_dim 32/64/128 (register-blocked path), 24 (plain-loop path), and grouped-query heads.
   // Tolerance: 2e-5 absolute on o (|o| <= ~3) and on lse, as test_ops.cpp.
-  const IsaAttnCase cases[] = {{2, 4, 2, 130, 130, 130, 32}, {1, 2, 2, 67, 67, 67, 64},
+  const IsaAttnCase cases[] = {{2, 4, 2, 130, 130, 130, 32},  {1, 2, 2, 67, 67, 67, 64},
                                {1, 4, 1, 129, 129, 129, 128}, {1, 3, 1, 70, 70, 70, 24},
                                {2, 4, 2, 5, 133, 150, 64},    {1, 2, 1, 70, 200, 210, 32},
                                {1, 2, 2, 1, 77, 77, 128}};
@@ -288,11 +297,13 @@ TEST(CpuIsa, AttentionForwardAgainstFloat64) {
 
 TEST(CpuIsa, AttentionBackwardAgainstFloat64) {
   // Tolerance: 1e-4 * max(1, max |reference gradient|) absolute.
-  const IsaAttnCase cases[] = {{1, 4, 2, 130, 130, 130, 32}, {2, 2, 2, 67, 67, 67, 64},
-                               {1, 4, 1, 100, 100, 100, 128}, {1, 3, 1, 70, 70, 70, 24}};
+  const IsaAttnCase cases[] = {{1, 4, 2, 130, 130, 130, 32},
+                               {2, 2, 2, 67, 67, 67, 64},
+                               {1, 4, 1, 100, 100, 100, 128},
+                               {1, 3, 1, 70, 70, 70, 24}};
   for (const IsaAttnCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.Tq
-                                    << " hd" << c.hd);
+    SCOPED_TRACE(testing::Message()
+                 << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.Tq << " hd" << c.hd);
     int T = c.Tq;
     VecF q = randn(size_t(c.B) * c.H * T * c.hd, 21, 1.5f);
     VecF k = randn(size_t(c.B) * c.Hkv * T * c.hd, 22, 1.5f);
@@ -312,7 +323,7 @@ TEST(CpuIsa, AttentionBackwardAgainstFloat64) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 TEST(CpuIsa, RmsNormAgainstFloat64AndGeneric) {
   const int64_t rows = 37, C = 301;  // C not a multiple of any vector width
   const float eps = 1e-5f;
@@ -340,8 +351,8 @@ TEST(CpuIsa, RmsNormAgainstFloat64AndGeneric) {
           VecF y(rows * C), rstd(rows), dx(rows * C, 0.5f), dg(C, 0.25f);
           const float* gp = with_gain ? g.data() : nullptr;
           rmsnorm_fwd(x.data(), gp, y.data(), rstd.data(), rows, C, eps);
-          rmsnorm_bwd(x.data(), gp, rstd.data(), dy.data(), dx.data(), with_gain ? dg.data() : nullptr,
-                      rows, C);
+          rmsnorm_bwd(x.data(), gp, rstd.data(), dy.data(), dx.data(),
+                      with_gain ? dg.data() : nullptr, rows, C);
           VecD out = to_d(dx);
           append(out, to_d(dg));
           append(out, to_d(rstd));
@@ -368,8 +379,8 @@ TEST(CpuIsa, QkvHeadsForwardBackwardMatchGeneric) {
               VecF qraw(dq.size()), kraw(dk.size()), qr(size_t(B) * H * T), kr(size_t(B) * Hkv * T);
               VecF q(dq.size()), k(dk.size()), v(dk.size());
               qkv_heads_fwd(qkv.data(), B, T, H, Hkv, hd, qk_norm, qg.data(), kg.data(), 1e-5f,
-                            cos_t.data(), sin_t.data(), qraw.data(), kraw.data(), qr.data(), kr.data(),
-                            q.data(), k.data(), v.data());
+                            cos_t.data(), sin_t.data(), qraw.data(), kraw.data(), qr.data(),
+                            kr.data(), q.data(), k.data(), v.data());
               VecF dqg(hd, 0.0f), dkg(hd, 0.0f);
               VecD out = to_d(q);
               append(out, to_d(k));
@@ -377,14 +388,14 @@ TEST(CpuIsa, QkvHeadsForwardBackwardMatchGeneric) {
               if (bf16_out) {
                 std::vector<bf16> dqkv(N * ld);
                 qkv_heads_bwd(dq.data(), dk.data(), dv.data(), qraw.data(), kraw.data(), qr.data(),
-                              kr.data(), qg.data(), kg.data(), dqg.data(), dkg.data(), B, T, H, Hkv, hd,
-                              qk_norm, cos_t.data(), sin_t.data(), dqkv.data());
+                              kr.data(), qg.data(), kg.data(), dqg.data(), dkg.data(), B, T, H, Hkv,
+                              hd, qk_norm, cos_t.data(), sin_t.data(), dqkv.data());
                 append(out, to_d(dqkv));
               } else {
                 VecF dqkv(N * ld);
                 qkv_heads_bwd(dq.data(), dk.data(), dv.data(), qraw.data(), kraw.data(), qr.data(),
-                              kr.data(), qg.data(), kg.data(), dqg.data(), dkg.data(), B, T, H, Hkv, hd,
-                              qk_norm, cos_t.data(), sin_t.data(), dqkv.data());
+                              kr.data(), qg.data(), kg.data(), dqg.data(), dkg.data(), B, T, H, Hkv,
+                              hd, qk_norm, cos_t.data(), sin_t.data(), dqkv.data());
                 append(out, to_d(dqkv));
               }
               append(out, to_d(dqg));
@@ -420,12 +431,12 @@ TEST(CpuIsa, ActivationsMatchGeneric) {
         return out;
       };
     };
-    expect_variants_match_generic(
-        run([&](auto* y) { relu2_fwd(x.data(), y, n); }, [&](auto* dx) { relu2_bwd(x.data(), dy.data(), dx, n); }, n),
-        rtol, 1e-6, bf ? "relu2 bf16" : "relu2");
-    expect_variants_match_generic(
-        run([&](auto* y) { gelu_fwd(x.data(), y, n); }, [&](auto* dx) { gelu_bwd(x.data(), dy.data(), dx, n); }, n),
-        rtol, 1e-6, bf ? "gelu bf16" : "gelu");
+    expect_variants_match_generic(run([&](auto* y) { relu2_fwd(x.data(), y, n); },
+                                      [&](auto* dx) { relu2_bwd(x.data(), dy.data(), dx, n); }, n),
+                                  rtol, 1e-6, bf ? "relu2 bf16" : "relu2");
+    expect_variants_match_generic(run([&](auto* y) { gelu_fwd(x.data(), y, n); },
+                                      [&](auto* dx) { gelu_bwd(x.data(), dy.data(), dx, n); }, n),
+                                  rtol, 1e-6, bf ? "gelu bf16" : "gelu");
     expect_variants_match_generic(
         run([&](auto* y) { swiglu_fwd(x.data(), y, N, Hd); },
             [&](auto* dx) { swiglu_bwd(x.data(), dy.data(), dx, N, Hd); }, N * Hd),
@@ -446,25 +457,28 @@ TEST(CpuIsa, SoftcapCrossEntropyMatchesGeneric) {
     set_cpu_kernel_isa("generic");
     VecF gz = z, gloss(N);
     std::vector<int32_t> gam(N);
-    double gtotal = softcap_xent(gz.data(), tg.data(), N, V, Vp, cap, gloss.data(), gam.data(), true, 0.5f);
+    double gtotal =
+        softcap_xent(gz.data(), tg.data(), N, V, Vp, cap, gloss.data(), gam.data(), true, 0.5f);
     VecF gs = z;
     softcap_fwd(gs.data(), int64_t(gs.size()), cap);
     for_each_isa([&](const std::string&) {
       VecF lz = z, loss(N);
       std::vector<int32_t> am(N);
-      double total = softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f);
+      double total =
+          softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f);
       EXPECT_NEAR(total, gtotal, 1e-5 * std::abs(gtotal)) << what;
       expect_close(to_d(loss), to_d(gloss), 1e-5, 1e-6, what + " loss");
       expect_close(to_d(lz), to_d(gz), 1e-4, 1e-8, what + " gradient");
       EXPECT_EQ(am, gam) << what;
       VecF s = z;
-      softcap_fwd(s.data(), int64_t(s.size()), cap);  // softcap alone: 1e-6 relative + 1e-6 absolute
+      softcap_fwd(s.data(), int64_t(s.size()),
+                  cap);  // softcap alone: 1e-6 relative + 1e-6 absolute
       expect_close(to_d(s), to_d(gs), 1e-6, 1e-6, what + " softcap_fwd");
     });
   }
 }
 
-// ---------------------------------------------------------------------------------------------------
+// -------------------------------------------------------------------------------------------------
 TEST(CpuIsa, Bf16ConversionsAreBitIdenticalInEveryVariant) {
   // Special values, every denormal class, ties, and random bit patterns; n > 32768 and not a
   // multiple of 16 so the threaded path and the tail both run. Reference: the scalar conversion.
@@ -525,7 +539,8 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
   // AdamW and Muon's momentum/apply against float64 versions of their formulas: 1e-5 relative +
   // 1e-6 absolute. n above the threading threshold and not a multiple of any vector width.
   const int64_t n = (1 << 16) + 13;
-  VecF p0 = randn(n, 91), g = randn(n, 92, 0.1f), m0 = randn(n, 93, 0.01f), v0 = randn(n, 94, 0.01f);
+  VecF p0 = randn(n, 91), g = randn(n, 92, 0.1f), m0 = randn(n, 93, 0.01f),
+       v0 = randn(n, 94, 0.01f);
   for (auto& x : v0) x = x * x;
   const float gscale = 0.7f, lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const int64_t t = 3;

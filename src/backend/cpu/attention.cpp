@@ -37,7 +37,8 @@ constexpr int KT = 64;  // keys per tile (the vectorised dimension of the score 
 
 constexpr int VL = CLM_ISA_VLEN;  // floats per SIMD register
 typedef float vfloat __attribute__((vector_size(VL * sizeof(float))));
-typedef float vfloat_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4)));
+typedef float vfloat_unaligned
+    __attribute__((vector_size(VL * sizeof(float)), aligned(4), may_alias));
 
 inline vfloat vload(const float* p) { return *reinterpret_cast<const vfloat_unaligned*>(p); }
 inline void vstore(float* p, vfloat v) { *reinterpret_cast<vfloat_unaligned*>(p) = v; }
@@ -53,11 +54,14 @@ inline void keep_in_register(vfloat& v) {
 #endif
 }
 
-// R rows x NB vectors of output: out[i*ldo + 0:NB*VL] (+)= sum_k A[i*a_sm + k*a_sk] * B[k*ldb + ..].
+// R rows x NB vectors of output:
+//   out[i*ldo + 0:NB*VL] (+)= sum_k A[i*a_sm + k*a_sk] * B[k*ldb + 0:NB*VL].
 // Always inlined: as a call of its own, GCC kept the accumulators in memory between the loops.
 template <int R, int NB>
-[[gnu::always_inline]] inline void bcast_fma_tile(float* __restrict out, int ldo, const float* __restrict A, int a_sm,
-                           int a_sk, const float* __restrict B, int ldb, int K, bool zero) {
+[[gnu::always_inline]] inline void bcast_fma_tile(float* __restrict out, int ldo,
+                                                  const float* __restrict A, int a_sm, int a_sk,
+                                                  const float* __restrict B, int ldb, int K,
+                                                  bool zero) {
   vfloat acc[R][NB];
   for (int i = 0; i < R; ++i)
     for (int v = 0; v < NB; ++v) acc[i][v] = zero ? vfloat{} : vload(out + i * ldo + v * VL);

@@ -3,8 +3,8 @@
 // "generic" (the build's baseline: x86-64 or x86-64-v2, or ARM64), "avx2" (AVX2 + FMA) and "avx512"
 // (AVX-512 F/BW/VL/DQ; with AVX512_BF16 it also converts to bf16 in hardware). At the first kernel
 // call the best level the CPU supports is selected, unless the environment variable
-// CLOCKLM_CPU_ISA=generic|avx2|avx512 names one. So one binary runs on any x86-64 CPU and still uses
-// the wide instructions where they exist.
+// CLOCKLM_CPU_ISA=generic|avx2|avx512 names one. So one binary runs on any x86-64 CPU and still
+// uses the wide instructions where they exist.
 #pragma once
 #include <string>
 #include <vector>

@@ -13,7 +13,7 @@
 // everything declared in headers before it keeps the baseline target (checked with GCC 12). GCC
 // also gives the OpenMP regions outlined from such a function the same target; clang does not, so
 // the avx2 and avx512 variants need GCC (CMakeLists.txt says so). Code inside the region must not
-// define namespace-scope objects with dynamic initialisation: those would run at startup on any CPU.
+// define namespace-scope objects with dynamic initialisation: those run at startup on any CPU.
 #pragma once
 
 #define CLM_ISA_GENERIC 0

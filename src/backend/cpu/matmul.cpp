@@ -1,5 +1,6 @@
 // oneDNN-backed gemm with a per-shape primitive cache, the CPU backend's oneDNN engine and stream
-// (dnnl_context.h), and the scalar bf16 conversion (the array conversions are kernels: convert.cpp).
+// (dnnl_context.h), and the scalar bf16 conversion (the array conversions are kernels, in
+// convert.cpp).
 // Why a cache: creating a oneDNN matmul primitive costs ~0.1-1 ms (JIT code generation); a training
 // step calls a few dozen distinct shapes thousands of times, so each shape is created once.
 #include "backend/cpu/matmul.h"

@@ -5,8 +5,8 @@
 // so working on the short side keeps the a^3 term small. In bf16 mode the matmul inputs are bf16
 // copies of the fp32 state (fp32 accumulation; the iteration's state stays fp32), which is what
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
-// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h); the bf16 copies
-// come from the dispatched f32_to_bf16 (the conversion instruction where the CPU has one).
+// The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h); the bf16
+// copies come from the dispatched f32_to_bf16 (the conversion instruction where the CPU has one).
 #include "backend/cpu/newton_schulz.h"
 
 #include <cmath>

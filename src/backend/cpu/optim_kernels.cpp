@@ -1,6 +1,6 @@
 // Element-wise optimizer kernels (see optim_kernels.h). Each is one pass over memory: on this
-// machine (~33 GB/s) the optimizer's element-wise work is bandwidth-bound, so the loops are fused and
-// simd. A kernel variant source (kernel_isa.h): compiled once per instruction-set level.
+// machine (~33 GB/s) the optimizer's element-wise work is bandwidth-bound, so the loops are fused
+// and simd. A kernel variant source (kernel_isa.h): compiled once per instruction-set level.
 #include <algorithm>
 #include <cmath>
 #include <vector>
