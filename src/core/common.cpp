@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/fault.h"
+
 namespace clm {
 
 namespace fs = std::filesystem;
@@ -27,21 +29,31 @@ void atomic_write(const std::string& path, std::string_view data) {
   if (fd < 0) fail("cannot write {}: {}", tmp, std::strerror(errno));
   const char* ptr = data.data();
   size_t left = data.size();
+  bool half_passed = false;
   while (left > 0) {
-    ssize_t w = ::write(fd, ptr, left);
+    if (!half_passed && left <= data.size() / 2) {
+      half_passed = true;
+      fault_point_write(path);
+    }
+    // Halves first, so that the fault point above is reached with a torn temp file on disk.
+    size_t chunk = left > data.size() / 2 && data.size() > 1 ? left - data.size() / 2 : left;
+    ssize_t w = ::write(fd, ptr, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
       int e = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      fail("cannot write {}: {}", tmp, std::strerror(e));
+      fail("cannot write {}: {}", path, std::strerror(e));
     }
     ptr += w;
     left -= size_t(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  int err = 0;
+  if (::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
     ::unlink(tmp.c_str());
-    fail("cannot flush {}: {}", tmp, std::strerror(errno));
+    fail("cannot write {}: {}", path, std::strerror(err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/common.h"
+#include "core/fault.h"
 
 namespace clm {
 
@@ -27,6 +28,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     } catch (const NonFiniteError&) {
       loss = NAN;
     }
+    if (a == 0 && fault_nan_loss()) loss = NAN;
     if (!std::isfinite(loss)) throw NonFiniteError(fmt::format("loss is {} (micro-batch {})", loss, a));
     if (o.phase_times) {
       r.forward_seconds += phase->stop();

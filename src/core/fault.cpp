@@ -1,0 +1,72 @@
+// Fault injection (see fault.h): parses CLOCKLM_FAULT once and counts the points it names.
+#include "core/fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/common.h"
+
+namespace clm {
+
+namespace {
+
+struct Fault {
+  std::string kind, pattern;
+  long at = 0, seen = 0;
+};
+
+std::vector<Fault>& faults() {
+  static std::vector<Fault> list;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("CLOCKLM_FAULT");
+    if (!env || !*env) return;
+    std::string s = env;
+    size_t p = 0;
+    while (p <= s.size()) {
+      size_t comma = s.find(',', p);
+      if (comma == std::string::npos) comma = s.size();
+      std::string item = s.substr(p, comma - p);
+      p = comma + 1;
+      if (item.empty()) continue;
+      Fault f;
+      size_t c1 = item.find(':'), c2 = item.rfind(':');
+      f.kind = item.substr(0, c1);
+      if (f.kind == "kill-in-write" && c1 != c2) {
+        f.pattern = item.substr(c1 + 1, c2 - c1 - 1);
+        f.at = std::atol(item.c_str() + c2 + 1);
+      } else if (f.kind == "nan-loss" && c1 != std::string::npos) {
+        f.at = std::atol(item.c_str() + c1 + 1);
+      } else {
+        // A test that misspells its fault would silently test nothing.
+        std::fprintf(stderr, "clocklm: error: CLOCKLM_FAULT item '%s' is not understood\n", item.c_str());
+        std::_Exit(2);
+      }
+      list.push_back(f);
+    }
+  });
+  return list;
+}
+
+}  // namespace
+
+void fault_point_write(std::string_view path) {
+  for (Fault& f : faults()) {
+    if (f.kind != "kill-in-write" || path.find(f.pattern) == std::string_view::npos) continue;
+    if (++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+  }
+}
+
+bool fault_nan_loss() {
+  for (Fault& f : faults())
+    if (f.kind == "nan-loss" && ++f.seen == f.at) return true;
+  return false;
+}
+
+}  // namespace clm
