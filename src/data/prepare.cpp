@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/common.h"
+#include "core/file_lock.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/preset.h"
@@ -252,6 +253,11 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   // ---- an existing output folder ------------------------------------------------------------
   fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
+  const fs::path parent = out.parent_path();
+  make_dirs(parent.string());
+  // Beside the folder, not in it: the folder itself is replaced by a rename at the end.
+  const FileLock out_lock((parent / ("." + out.filename().string() + ".lock")).string(),
+                          "dataset folder " + opt.out);
   std::error_code ec;
   bool out_exists = fs::exists(out, ec);
   if (out_exists) {
@@ -297,8 +303,6 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   }
 
   // ---- temp folder ----------------------------------------------------------------------------
-  fs::path parent = out.parent_path();
-  make_dirs(parent.string());
   remove_stale_partials(parent, out.filename().string());
   TempDir tmp{(parent / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()))).string()};
   fs::remove_all(tmp.path, ec);
