@@ -79,4 +79,12 @@ MatPrec resolve_precision(const std::string& setting, const Backend& be) {
   fail("matmul precision '{}' is unknown (auto | bf16 | fp32)", setting);
 }
 
+void check_fits_memory(const Backend& be, size_t need, const std::string& what) {
+  const size_t have = be.memory_capacity();
+  if (need > have)
+    fail("{} needs about {:.2f} GiB, but the {} device has {:.2f} GiB of memory; use a smaller model, "
+         "micro-batch or sequence length",
+         what, double(need) / double(1ull << 30), be.name(), double(have) / double(1ull << 30));
+}
+
 }  // namespace clm

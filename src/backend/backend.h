@@ -44,6 +44,9 @@ class Backend {
   virtual bool native_bf16() const = 0;
 
   // ---- memory ----
+  // Bytes this device can hold in all (the machine's memory for the CPU, within any cgroup limit);
+  // configurations that need more are refused before anything is allocated.
+  virtual size_t memory_capacity() const = 0;
   virtual void* alloc(size_t bytes) = 0;  // zero-filled, 64-byte aligned; throws Error when out of memory
   virtual void free(void* p) = 0;
   virtual void to_device(void* dst, const void* host_src, size_t bytes) = 0;
@@ -185,5 +188,9 @@ Backend& cpu_backend();
 // Matmul precision from a config value: "bf16", "fp32", or "auto" (bf16 where the device multiplies
 // bf16 natively, else fp32). Throws Error on anything else.
 MatPrec resolve_precision(const std::string& setting, const Backend& be);
+
+// Refuses, before anything is allocated, a workload whose estimated `need` bytes exceed what the
+// device holds: one-line Error naming `what`, the estimate and the device's memory.
+void check_fits_memory(const Backend& be, size_t need, const std::string& what);
 
 }  // namespace clm

@@ -159,7 +159,10 @@ struct GPTImpl {
     carve(&a.act_mm, N * Hd);
   }
 
-  void build();
+  // Lays out parameters and activations; with allocate, refuses a layout larger than the device
+  // and then allocates it (without, only need_bytes is set, for estimates).
+  void build(bool allocate);
+  size_t need_bytes = 0;  // params + grads + bf16 mirror + activations + io, in bytes
   // One block on N rows: x -> xout (may be the same buffer). Without segments, the rows are B x T
   // training rows and attention runs over the block's own keys; with segments (inference), each
   // segment's keys/values go into its area of kc/vc and its queries attend over that area.
@@ -170,7 +173,7 @@ struct GPTImpl {
   void infer_reserve(int64_t N, int T);
 };
 
-void GPTImpl::build() {
+void GPTImpl::build(bool allocate) {
   const ModelConfig& c = cfg;
   if (c.n_layer <= 0 || c.d_model <= 0 || c.n_head <= 0 || c.head_dim <= 0 || c.vocab_size <= 0)
     fail("model config: n_layer, d_model, n_head, head_dim and vocab_size must be positive");
@@ -235,14 +238,6 @@ void GPTImpl::build() {
   if (c.norm_gain) off_fg = add("final_norm.gain", {d}, ParamKind::Scalar);
   off_head = c.tie_embeddings ? off_wte : add("lm_head", {Vp, d}, ParamKind::Head);
   nparams = off;
-  P = DeviceBuffer(*be, size_t(nparams) * 4);
-  G = DeviceBuffer(*be, size_t(nparams) * 4);
-  Wb = DeviceBuffer(*be, size_t(nparams) * 2);
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].data = P.as<float>() + poff[i];
-    params[i].grad = G.as<float>() + poff[i];
-    params[i].backend = be;
-  }
 
   // ---- activations ----
   const int64_t N = int64_t(max_B) * max_T;
@@ -274,6 +269,17 @@ void GPTImpl::build() {
   carve(&dv, N * kvw);
   carve(&cos_t, int64_t(max_T) * hd / 2);
   carve(&sin_t, int64_t(max_T) * hd / 2);
+  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 16;
+  if (!allocate) return;
+  check_fits_memory(*be, need_bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
+  P = DeviceBuffer(*be, size_t(nparams) * 4);
+  G = DeviceBuffer(*be, size_t(nparams) * 4);
+  Wb = DeviceBuffer(*be, size_t(nparams) * 2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].data = P.as<float>() + poff[i];
+    params[i].grad = G.as<float>() + poff[i];
+    params[i].backend = be;
+  }
   A = DeviceBuffer(*be, size_t(total) * 4);
   int64_t o = 0;
   for (auto& [dst, n] : plan) {
@@ -438,7 +444,7 @@ GPT::GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be) : impl(new G
   impl->max_B = max_B;
   impl->max_T = max_T;
   try {
-    impl->build();
+    impl->build(true);
   } catch (...) {
     delete impl;
     impl = nullptr;
@@ -446,6 +452,16 @@ GPT::GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be) : impl(new G
   }
 }
 GPT::~GPT() { delete impl; }
+
+size_t GPT::memory_need(const ModelConfig& cfg, int max_B, int max_T, Backend& be) {
+  GPTImpl layout;
+  layout.be = &be;
+  layout.cfg = cfg;
+  layout.max_B = max_B;
+  layout.max_T = max_T;
+  layout.build(false);
+  return layout.need_bytes;
+}
 GPT::GPT(GPT&& o) noexcept : impl(o.impl) { o.impl = nullptr; }
 GPT& GPT::operator=(GPT&& o) noexcept {
   if (this != &o) {

@@ -70,6 +70,9 @@ struct GPT {
   // Allocates params, grads and activations on `be`; the matmul precision comes from
   // cfg.matmul_precision (auto: bf16 where the device multiplies bf16 natively, else fp32).
   GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be = cpu_backend());
+  // Bytes the constructor would allocate on `be` (weights, gradients, bf16 mirror, activations),
+  // computed from the layout alone; the constructor refuses a model that does not fit the device.
+  static size_t memory_need(const ModelConfig& cfg, int max_B, int max_T, Backend& be);
   ~GPT();
   GPT(GPT&&) noexcept;
   GPT& operator=(GPT&&) noexcept;

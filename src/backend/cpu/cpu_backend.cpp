@@ -1,9 +1,14 @@
 // The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
 // oneDNN matmuls, optimizer kernels, Newton-Schulz). Device memory is host memory, so memory
 // operations are memcpy/memset and the device clock is the wall clock.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 
 #include <dnnl.hpp>
 
@@ -31,6 +36,21 @@ bool cpu_multiplies_bf16_natively() {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
+// Physical memory, or less when the process runs in a container whose cgroup caps it (v2 memory.max,
+// v1 memory.limit_in_bytes; "max" or an absurd v1 value means no cap).
+size_t host_memory_bytes() {
+  size_t bytes = size_t(::sysconf(_SC_PHYS_PAGES)) * size_t(::sysconf(_SC_PAGESIZE));
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    std::string v;
+    if (f >> v && !v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+      const unsigned long long cap = std::stoull(v);
+      if (cap > 0) bytes = std::min<size_t>(bytes, size_t(cap));
+    }
+  }
+  return bytes;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -44,6 +64,10 @@ class CpuBackend final : public Backend {
     return v;
   }
 
+  size_t memory_capacity() const override {
+    static const size_t v = host_memory_bytes();
+    return v;
+  }
   void* alloc(size_t bytes) override {
     size_t n = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, n);
