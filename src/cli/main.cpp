@@ -1,5 +1,6 @@
 // clocklm entry point: builds the CLI11 app from every area's subcommands and turns user errors
 // into one line on stderr and a non-zero exit.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -7,6 +8,9 @@
 #include "core/common.h"
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
+  // a one-line error with the previous files intact, instead of the process dying on SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"clocklm: train a language model from scratch in a fixed budget of device time"};
   app.set_version_flag("--version", std::string(CLOCKLM_VERSION));
   app.require_subcommand(1);

@@ -9,12 +9,15 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <filesystem>
 #include <memory>
 
 #include "core/common.h"
+#include "core/file_lock.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/bpb.h"
@@ -98,6 +101,34 @@ double cached_peak_flops(int threads) {
   }
 }
 
+// After a crash the run folder may hold what a killed process left: temp files of writes that never
+// finished, and checkpoints newer than the one `latest` names (written, but killed before `latest`
+// moved). The lock guarantees no other process is writing here, so both are removed; the remaining
+// checkpoints are returned oldest first, so keep_checkpoints goes on counting them.
+std::vector<std::string> tidy_checkpoints(const std::string& run_dir, int64_t resumed_step) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const fs::path dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      std::error_code ec;
+      if (name.starts_with(".") && name.find(".tmp.") != std::string::npos) {
+        fs::remove(e.path(), ec);
+        continue;
+      }
+      if (dir == fs::path(run_dir) || !name.starts_with("step_") || !name.ends_with(".ckpt")) continue;
+      const std::string digits = name.substr(5, name.size() - 10);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      const int64_t st = std::stoll(digits);
+      if (st > resumed_step) fs::remove(e.path(), ec);
+      else found.push_back({st, name});
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> kept;
+  for (auto& f : found) kept.push_back(f.second);
+  return kept;
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -107,7 +138,11 @@ TrainResult train(const TrainOptions& o) {
   if (!o.resume_dir.empty() && fs::weakly_canonical(o.resume_dir) != fs::weakly_canonical(run_dir))
     fail("train: --resume {} continues that run in place; omit --out or give the same folder", o.resume_dir);
   if (o.data_dir.empty()) fail("train: --data DIR is required (a folder made by `clocklm prepare`)");
-  const bool resuming = !o.resume_dir.empty();
+  // --resume on a run killed before its first checkpoint starts it over: nothing was saved, so
+  // nothing is lost, and the user's command works the same whenever the run died.
+  const bool resume_asked = !o.resume_dir.empty();
+  const bool resuming =
+      resume_asked && path_exists((fs::path(run_dir) / "checkpoints" / "latest").string());
 
   RunConfig cfg = resolve_config(o, run_dir);
   DatasetInfo info = read_dataset_info(o.data_dir);
@@ -127,17 +162,25 @@ TrainResult train(const TrainOptions& o) {
   omp_set_num_threads(threads);
 
   // ---- run directory ----
-  if (!resuming && path_exists((fs::path(run_dir) / "metrics.jsonl").string()))
+  if (!resume_asked && path_exists((fs::path(run_dir) / "metrics.jsonl").string()))
     fail("{} already holds a run (metrics.jsonl); use --resume {} to continue it or choose another --out", run_dir,
          run_dir);
   make_dirs(run_dir);
+  const FileLock run_lock((fs::path(run_dir) / ".lock").string(), "run folder " + run_dir);
   make_dirs((fs::path(run_dir) / "checkpoints").string());
   const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+  if (resume_asked && !resuming && !o.quiet)
+    std::fprintf(stderr, "train: %s has no checkpoint yet; starting the run from step 0\n", run_dir.c_str());
 
   // ---- model, optimizer, data ----
   const int B = tc.micro_batch, T = cfg.model.seq_len;
   const int eval_B = tc.eval_batch > 0 ? tc.eval_batch : B;
   std::shared_ptr<Backend> device = make_backend(o.device);
+  // The optimizer's state is at most two fp32 moments per parameter (AdamW; Muon keeps one).
+  check_fits_memory(*device,
+                    GPT::memory_need(cfg.model, std::max(B, eval_B), T, *device) +
+                        size_t(count_params(cfg.model).total()) * 8,
+                    fmt::format("training {} (micro-batch {} x seq_len {})", cfg.name, B, T));
   GPT model(cfg.model, std::max(B, eval_B), T, *device);
   model.init_weights(tc.seed);
   Optimizer opt(model.params(), cfg.optim);
@@ -179,7 +222,7 @@ TrainResult train(const TrainOptions& o) {
     next_eval_at = st.value("next_eval_at", next_eval_at);
     next_ckpt_at = st.value("next_ckpt_at", next_ckpt_at);
     last_val = st.value("last_val", nlohmann::json());
-    kept_ckpts.push_back(fs::path(path).filename().string());
+    kept_ckpts = tidy_checkpoints(run_dir, step);
     if (!o.quiet)
       std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(), (long long)step,
                  clock.used);
