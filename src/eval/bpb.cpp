@@ -63,11 +63,9 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
   std::unique_ptr<Progress> bar;
   if (progress) bar = std::make_unique<Progress>("bpb", double(val_tokens), progress);
   while (visited < val_tokens) {
-    if (!next(inputs.data(), targets.data())) {
-      std::fprintf(stderr, "bpb: warning: the val split ended after %lld of %lld target positions\n",
-                   (long long)r.positions, (long long)val_tokens);
-      break;
-    }
+    // A split shorter than val_tokens is scored whole: the result is exact over all of it, and
+    // `positions` < `val_tokens` in the result says so.
+    if (!next(inputs.data(), targets.data())) break;
     int64_t want = std::min<int64_t>((int64_t)B * T, val_tokens - visited);
     int rows = (int)((want + T - 1) / T);  // only the rows that hold counted positions are scored
     for (int64_t i = want; i < (int64_t)rows * T; i++) targets[i] = -1;
@@ -83,7 +81,9 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
   // positions counts non-negative targets: it equals visited unless a source padded its last batch.
   bpb_finalize(r);
   r.seconds = now_seconds() - t0;
-  if (bar) bar->finish(fmt::format("val bpb {:.4f} over {} tokens in {:.1f}s", r.bpb, r.positions, r.seconds));
+  if (bar)
+    bar->finish(fmt::format("val bpb {:.4f} over {} tokens{} in {:.1f}s", r.bpb, r.positions,
+                            r.positions < val_tokens ? " (the whole val split)" : "", r.seconds));
   return r;
 }
 
