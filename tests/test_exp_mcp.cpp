@@ -30,11 +30,13 @@ namespace {
 class ExpMcp : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("clocklm_test_exp_mcp_" + std::to_string(::getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = fs::temp_directory_path() /
+          ("clocklm_test_exp_mcp_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
-    ctx = std::make_unique<AgentContext>(AgentContext{ExperimentQueue((dir / "q").string()), CLOCKLM_BINARY});
+    ctx = std::make_unique<AgentContext>(
+        AgentContext{ExperimentQueue((dir / "q").string()), CLOCKLM_BINARY});
     server = std::make_unique<McpServer>(make_clocklm_server(*ctx));
   }
   void TearDown() override { fs::remove_all(dir); }
@@ -62,8 +64,10 @@ class ExpMcp : public ::testing::Test {
     if (!r.contains("result")) return json();
     EXPECT_FALSE(r["result"]["isError"].get<bool>()) << r.dump();
     const json& sc = r["result"]["structuredContent"];
-    for (const auto& t : server->tools())
-      if (t.name == tool) EXPECT_EQ(schema_violation(t.output_schema, sc, tool), "");
+    for (const auto& t : server->tools()) {
+      if (t.name != tool) continue;
+      EXPECT_EQ(schema_violation(t.output_schema, sc, tool), "");
+    }
     EXPECT_EQ(json::parse(r["result"]["content"][0]["text"].get<std::string>()), sc);
     return sc;
   }
@@ -76,7 +80,8 @@ class ExpMcp : public ::testing::Test {
 }  // namespace
 
 TEST_F(ExpMcp, InitializeNegotiatesTheProtocolVersion) {
-  json r = request("initialize", {{"protocolVersion", "2025-06-18"}, {"capabilities", json::object()},
+  json r = request("initialize", {{"protocolVersion", "2025-06-18"},
+                                  {"capabilities", json::object()},
                                   {"clientInfo", {{"name", "t"}, {"version", "1"}}}});
   EXPECT_EQ(r["jsonrpc"], "2.0");
   EXPECT_EQ(r["result"]["protocolVersion"], "2025-06-18");
@@ -100,13 +105,19 @@ TEST_F(ExpMcp, ProtocolErrorsAreJsonRpcErrorsAndTheServerKeepsServing) {
       {"[1, 2]", kInvalidRequest, "batches are not supported"},
       {"42", kInvalidRequest, "must be a JSON object"},
       {R"({"jsonrpc":"1.0","id":1,"method":"ping"})", kInvalidRequest, "'jsonrpc' must be \"2.0\""},
-      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})", kInvalidRequest, "'id' must be a string or an integer"},
+      {R"({"jsonrpc":"2.0","id":{"a":1},"method":"ping"})", kInvalidRequest,
+       "'id' must be a string or an integer"},
       {R"({"jsonrpc":"2.0","id":1})", kInvalidRequest, "'method' is missing"},
-      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]})", kInvalidParams, "'params' must be an object"},
-      {R"({"jsonrpc":"2.0","id":1,"method":"no/such"})", kMethodNotFound, "method not found: no/such"},
-      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}})", kInvalidParams, "unknown tool 'nope'"},
+      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]})", kInvalidParams,
+       "'params' must be an object"},
+      {R"({"jsonrpc":"2.0","id":1,"method":"no/such"})", kMethodNotFound,
+       "method not found: no/such"},
+      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}})", kInvalidParams,
+       "unknown tool 'nope'"},
       {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"submit_experiment","arguments":{"config":"d4"}}})",
-       kInvalidParams, "invalid arguments for tool submit_experiment: arguments: missing required property 'budget'"},
+       kInvalidParams,
+       "invalid arguments for tool submit_experiment: arguments: missing required property "
+       "'budget'"},
       {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"show_config","arguments":{"config":"d4","set":"x=1"}}})",
        kInvalidParams, "arguments.set: expected array"},
       {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"show_config","arguments":{"config":"d4","bogus":1}}})",
@@ -118,25 +129,31 @@ TEST_F(ExpMcp, ProtocolErrorsAreJsonRpcErrorsAndTheServerKeepsServing) {
     json r = rpc(c.line);
     ASSERT_TRUE(r.contains("error")) << c.line << " -> " << r.dump();
     EXPECT_EQ(r["error"]["code"], c.code) << c.line;
-    EXPECT_NE(r["error"]["message"].get<std::string>().find(c.message), std::string::npos) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(c.message), std::string::npos)
+        << r.dump();
     expect_alive();
   }
 }
 
 TEST_F(ExpMcp, ToolFailuresCarryTheCliErrorLine) {
   std::string data = exp_test::make_tiny_dataset(dir);
-  json r = call("submit_experiment", {{"config", "d4"}, {"set", {"model.no_such_key=1"}}, {"budget", "1m"},
-                                      {"data", data}, {"hypothesis", "h"}});
+  json r = call("submit_experiment", {{"config", "d4"},
+                                      {"set", {"model.no_such_key=1"}},
+                                      {"budget", "1m"},
+                                      {"data", data},
+                                      {"hypothesis", "h"}});
   ASSERT_TRUE(r["result"]["isError"].get<bool>()) << r.dump();
   std::string msg = r["result"]["content"][0]["text"].get<std::string>();
   std::string cli;
-  cli_test::run_clocklm("exp submit --no-run --queue " + (dir / "q").string() + " --config d4 --set model.no_such_key=1 "
-                        "--budget 1m --data " + data, &cli);
+  cli_test::run_clocklm("exp submit --no-run --queue " + (dir / "q").string() +
+                            " --config d4 --set model.no_such_key=1 --budget 1m --data " + data,
+                        &cli);
   EXPECT_EQ(cli, "clocklm: error: " + msg + "\n");
   expect_alive();
   r = call("experiment_status", {{"id", "exp-0007"}});
   EXPECT_TRUE(r["result"]["isError"].get<bool>());
-  EXPECT_NE(r["result"]["content"][0]["text"].get<std::string>().find("no experiment 'exp-0007'"), std::string::npos);
+  EXPECT_NE(r["result"]["content"][0]["text"].get<std::string>().find("no experiment 'exp-0007'"),
+            std::string::npos);
   expect_alive();
 }
 
@@ -150,9 +167,10 @@ TEST_F(ExpMcp, InformationToolsMatchTheirSchemas) {
     EXPECT_EQ(t["outputSchema"]["type"], "object") << t.dump();
     EXPECT_FALSE(t["description"].get<std::string>().empty());
   }
-  for (const char* n : {"describe_device", "list_configs", "show_config", "prepare_data", "submit_experiment",
-                        "list_experiments", "experiment_status", "cancel_experiment", "experiment_results",
-                        "compare_runs", "leaderboard", "evaluate_checkpoint", "sample_text", "journal"})
+  for (const char* n :
+       {"describe_device", "list_configs", "show_config", "prepare_data", "submit_experiment",
+        "list_experiments", "experiment_status", "cancel_experiment", "experiment_results",
+        "compare_runs", "leaderboard", "evaluate_checkpoint", "sample_text", "journal"})
     EXPECT_TRUE(names.count(n)) << n;
 
   json dev = ok("describe_device", call("describe_device", json::object()));
@@ -162,7 +180,9 @@ TEST_F(ExpMcp, InformationToolsMatchTheirSchemas) {
   bool has_key = false;
   for (const auto& k : cfgs["keys"]) has_key = has_key || k["key"] == "optim.matrix.lr";
   EXPECT_TRUE(has_key);
-  json sc = ok("show_config", call("show_config", {{"config", "d4"}, {"set", {"model.n_layer=2"}}, {"vocab_size", 300}}));
+  json sc = ok(
+      "show_config",
+      call("show_config", {{"config", "d4"}, {"set", {"model.n_layer=2"}}, {"vocab_size", 300}}));
   EXPECT_EQ(sc["config"]["model"]["n_layer"], 2);
   EXPECT_GT(sc["params"]["total"].get<double>(), 0);
   EXPECT_GT(sc["flops_per_step"].get<double>(), sc["flops_per_token"].get<double>());
@@ -178,8 +198,11 @@ TEST_F(ExpMcp, ResourcesServeDocsAndExperimentFiles) {
   EXPECT_TRUE(agents) << list.dump();
   json r = request("resources/read", {{"uri", "clocklm://docs/AGENTS.md"}});
   EXPECT_EQ(r["result"]["contents"][0]["mimeType"], "text/markdown");
-  EXPECT_NE(r["result"]["contents"][0]["text"].get<std::string>().find("clocklm mcp"), std::string::npos);
-  EXPECT_EQ(request("resources/templates/list", json::object())["result"]["resourceTemplates"].size(), 2u);
+  EXPECT_NE(r["result"]["contents"][0]["text"].get<std::string>().find("clocklm mcp"),
+            std::string::npos);
+  EXPECT_EQ(
+      request("resources/templates/list", json::object())["result"]["resourceTemplates"].size(),
+      2u);
   r = request("resources/read", {{"uri", "clocklm://docs/../README.md"}});
   EXPECT_EQ(r["error"]["code"], kResourceNotFound);
 }
@@ -187,7 +210,8 @@ TEST_F(ExpMcp, ResourcesServeDocsAndExperimentFiles) {
 TEST_F(ExpMcp, StdioServerAnswersLineByLineAndKeepsStdoutClean) {
   // Every output line is a JSON-RPC response with the id of its request, in order, and nothing
   // else reaches stdout (stderr is discarded here).
-  std::string input = R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}
+  std::string input =
+      R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}
 {"jsonrpc":"2.0","method":"notifications/initialized"}
 garbage
 {"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"list_configs","arguments":{}}}
@@ -196,8 +220,8 @@ garbage
 {"jsonrpc":"2.0","id":4,"method":"ping"}
 )";
   atomic_write((dir / "in.jsonl").string(), input);
-  auto r = cli_test::run_cmd(std::string(CLOCKLM_BINARY) + " mcp --queue " + (dir / "q").string() + " < " +
-                             (dir / "in.jsonl").string() + " 2>/dev/null");
+  auto r = cli_test::run_cmd(std::string(CLOCKLM_BINARY) + " mcp --queue " + (dir / "q").string() +
+                             " < " + (dir / "in.jsonl").string() + " 2>/dev/null");
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<json> lines;
   size_t p = 0, nl;
@@ -219,16 +243,25 @@ TEST(ExpMcpSchema, ChecksTheSubsetToolsUse) {
     "properties":{"a":{"type":"string","minLength":1},"n":{"type":"integer","minimum":0,"maximum":9},
                   "k":{"type":"string","enum":["x","y"]},"l":{"type":"array","minItems":2,"items":{"type":"string"}},
                   "f":{"type":["number","null"]}}})");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":3,"k":"x","l":["p","q"],"f":null})")), "");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":3,"k":"x","l":["p","q"],"f":null})")),
+            "");
   EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","f":1.5,"n":2.0})")), "");
   EXPECT_EQ(schema_violation(s, json::parse(R"({})")), "arguments: missing required property 'a'");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":""})")), "arguments.a: must be at least 1 characters long");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":1.5})")), "arguments.n: expected integer, got 1.5");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":10})")), "arguments.n: must be at most 9 (got 10)");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","k":"z"})")), R"(arguments.k: must be one of "x", "y" (got "z"))");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","l":["p"]})")), "arguments.l: needs at least 2 items (got 1)");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","l":["p",3]})")), "arguments.l[1]: expected string, got 3");
-  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","f":"s"})")), R"(arguments.f: expected number or null, got "s")");
-  EXPECT_NE(schema_violation(s, json::parse(R"({"a":"v","z":1})")).find("unknown property 'z'"), std::string::npos);
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":""})")),
+            "arguments.a: must be at least 1 characters long");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":1.5})")),
+            "arguments.n: expected integer, got 1.5");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","n":10})")),
+            "arguments.n: must be at most 9 (got 10)");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","k":"z"})")),
+            R"(arguments.k: must be one of "x", "y" (got "z"))");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","l":["p"]})")),
+            "arguments.l: needs at least 2 items (got 1)");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","l":["p",3]})")),
+            "arguments.l[1]: expected string, got 3");
+  EXPECT_EQ(schema_violation(s, json::parse(R"({"a":"v","f":"s"})")),
+            R"(arguments.f: expected number or null, got "s")");
+  EXPECT_NE(schema_violation(s, json::parse(R"({"a":"v","z":1})")).find("unknown property 'z'"),
+            std::string::npos);
   EXPECT_EQ(schema_violation(s, json::parse("[]")), "arguments: expected object, got []");
 }

@@ -46,7 +46,8 @@ class ExpQueue : public ::testing::Test {
     return run_clocklm("exp " + sub + " --queue " + queue + " " + args, out);
   }
   std::string submit_args(const std::string& extra, const std::string& budget = "60s") {
-    return "--config d4" + exp_test::tiny_model_args() + " --data " + data + " --budget " + budget + " --no-run " + extra;
+    return "--config d4" + exp_test::tiny_model_args() + " --data " + data + " --budget " + budget +
+           " --no-run " + extra;
   }
   json status(const std::string& id) {
     std::string out;
@@ -89,11 +90,19 @@ class ExpQueue : public ::testing::Test {
 
 TEST_F(ExpQueue, SubmitRunResultsJournalAndLedger) {
   std::string out;
-  ASSERT_EQ(exp("submit", submit_args("--set train.max_steps=4 --hypothesis 'the tiny model learns' --name base"), &out), 0)
+  ASSERT_EQ(
+      exp("submit",
+          submit_args("--set train.max_steps=4 --hypothesis 'the tiny model learns' --name base"),
+          &out),
+      0)
       << out;
   EXPECT_NE(out.find("exp-0001 queued"), std::string::npos) << out;
-  ASSERT_EQ(exp("submit", submit_args("--set train.max_steps=4 --set optim.matrix.lr=0.01 --baseline exp-0001 "
-                                      "--hypothesis 'a lower matrix lr is as good'"), &out), 0) << out;
+  ASSERT_EQ(exp("submit",
+                submit_args("--set train.max_steps=4 --set optim.matrix.lr=0.01 --baseline "
+                            "exp-0001 --hypothesis 'a lower matrix lr is as good'"),
+                &out),
+            0)
+      << out;
   EXPECT_EQ(status("exp-0002")["experiment"]["state"], "queued");
   ASSERT_EQ(exp("run", "", &out), 0) << out;
   EXPECT_NE(out.find("ran 2 attempt(s)"), std::string::npos) << out;
@@ -121,8 +130,10 @@ TEST_F(ExpQueue, SubmitRunResultsJournalAndLedger) {
   EXPECT_EQ(r["journal"]["hypothesis"], "a lower matrix lr is as good");
   EXPECT_EQ(r["journal"]["baseline"]["ref"], "exp-0001");
   ASSERT_TRUE(r["journal"]["delta"].is_object()) << r["journal"].dump();
-  EXPECT_NEAR(r["journal"]["delta"]["val_bpb"].get<double>(),
-              r["summary"]["val_bpb"].get<double>() - r["journal"]["baseline"]["val_bpb"].get<double>(), 1e-12);
+  EXPECT_NEAR(
+      r["journal"]["delta"]["val_bpb"].get<double>(),
+      r["summary"]["val_bpb"].get<double>() - r["journal"]["baseline"]["val_bpb"].get<double>(),
+      1e-12);
   ASSERT_EQ(r["journal"]["config_diff"].size(), 1u) << r["journal"].dump();
   EXPECT_EQ(r["journal"]["config_diff"][0]["key"], "optim.matrix.lr");
   EXPECT_TRUE(path_exists(queue + "/exp-0002/journal.json"));  // recorded by the runner
@@ -139,10 +150,12 @@ TEST_F(ExpQueue, SubmitRunResultsJournalAndLedger) {
 
 TEST_F(ExpQueue, ConcurrentSubmissionsFromTwoProcessesGetDistinctIds) {
   const int per = 6;
-  std::string one = std::string(CLOCKLM_BINARY) + " exp submit --queue " + queue + " " + submit_args("--name");
+  std::string one =
+      std::string(CLOCKLM_BINARY) + " exp submit --queue " + queue + " " + submit_args("--name");
   std::string script;
   for (const char* who : {"a", "b"})
-    script += fmt::format("(for i in $(seq {}); do {} {}$i >/dev/null || echo FAILED; done) & ", per, one, who);
+    script += fmt::format("(for i in $(seq {}); do {} {}$i >/dev/null || echo FAILED; done) & ",
+                          per, one, who);
   auto r = run_cmd("bash -c '" + script + "wait'");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
@@ -167,13 +180,16 @@ TEST_F(ExpQueue, LedgerCapRefusesSubmissionsPastIt) {
   ASSERT_EQ(exp("init", "--cap 100s --data " + data, &out), 0) << out;
   ASSERT_EQ(exp("submit", submit_args("--hypothesis first", "60s"), &out), 0) << out;
   EXPECT_EQ(exp("submit", submit_args("--hypothesis second", "60s"), &out), 1);
-  EXPECT_NE(out.find("clocklm: error: device-time cap reached: this experiment asks for 1m00s"), std::string::npos) << out;
+  EXPECT_NE(out.find("clocklm: error: device-time cap reached: this experiment asks for 1m00s"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;  // one line
   json q = status("")["queue"]["ledger"];
   EXPECT_EQ(q["cap_device_seconds"], 100.0);
   EXPECT_EQ(q["reserved_device_seconds"], 60.0);
   EXPECT_EQ(q["remaining_device_seconds"], 40.0);
-  ASSERT_EQ(exp("submit", submit_args("--hypothesis third", "40s"), &out), 0) << out;  // exactly fits
+  ASSERT_EQ(exp("submit", submit_args("--hypothesis third", "40s"), &out), 0)
+      << out;  // exactly fits
   // Cancelling gives the reservation back; removing the cap accepts anything.
   ASSERT_EQ(exp("cancel", "exp-0001", &out), 0) << out;
   EXPECT_EQ(status("")["queue"]["ledger"]["remaining_device_seconds"], 60.0);
@@ -187,7 +203,9 @@ TEST_F(ExpQueue, CancelAndBadInputAreOneLineErrors) {
   ASSERT_EQ(exp("cancel", "1", &out), 0) << out;
   EXPECT_EQ(status("exp-0001")["experiment"]["state"], "cancelled");
   EXPECT_EQ(exp("cancel", "exp-0001", &out), 1);
-  EXPECT_NE(out.find("clocklm: error: experiment exp-0001 has already finished (cancelled)"), std::string::npos) << out;
+  EXPECT_NE(out.find("clocklm: error: experiment exp-0001 has already finished (cancelled)"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(exp("status", "exp-0042", &out), 1);
   EXPECT_NE(out.find("no experiment 'exp-0042'"), std::string::npos) << out;
   EXPECT_EQ(exp("submit", submit_args("--set model.no_such_key=1"), &out), 1);
@@ -201,7 +219,8 @@ TEST_F(ExpQueue, CancelAndBadInputAreOneLineErrors) {
 TEST_F(ExpQueue, RunnerKilledWithSigkillLeavesTheExperimentResumable) {
   std::string out;
   // A budget of device time, not steps: the run is still going when the runner is killed.
-  ASSERT_EQ(exp("submit", submit_args("--hypothesis 'survives a dead runner'", "3s"), &out), 0) << out;
+  ASSERT_EQ(exp("submit", submit_args("--hypothesis 'survives a dead runner'", "3s"), &out), 0)
+      << out;
   pid_t runner = start_runner();
   wait_for_metrics("exp-0001");
   ASSERT_EQ(::kill(runner, SIGKILL), 0);
@@ -211,7 +230,9 @@ TEST_F(ExpQueue, RunnerKilledWithSigkillLeavesTheExperimentResumable) {
   json s = wait_not_running("exp-0001")["experiment"];
   if (s["state"] == "done") GTEST_SKIP() << "the run finished before the runner was killed";
   ASSERT_EQ(s["state"], "queued") << s.dump();
-  EXPECT_NE(s["note"].get<std::string>().find("queued to resume from its checkpoint"), std::string::npos) << s.dump();
+  EXPECT_NE(s["note"].get<std::string>().find("queued to resume from its checkpoint"),
+            std::string::npos)
+      << s.dump();
   EXPECT_EQ(s["attempts"], 1);
   double first = s["device_seconds"].get<double>();
   EXPECT_GT(first, 0);
@@ -238,7 +259,8 @@ TEST_F(ExpQueue, RunnerAndTrainerKilledBeforeACheckpointIsMarkedFailed) {
   wait_process(runner);
   json s = wait_not_running("exp-0001")["experiment"];
   ASSERT_EQ(s["state"], "failed") << s.dump();
-  EXPECT_NE(s["reason"].get<std::string>().find("stopped during attempt 1 before the run wrote a checkpoint"),
+  EXPECT_NE(s["reason"].get<std::string>().find(
+                "stopped during attempt 1 before the run wrote a checkpoint"),
             std::string::npos)
       << s.dump();
   EXPECT_GT(s["device_seconds"].get<double>(), 0);  // what it spent is still on the ledger

@@ -17,10 +17,12 @@ namespace exp_test {
 inline std::string make_tiny_dataset(const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir / "text");
   std::string train_text, val_text;
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home"};
+  const char* words[] = {"the", "cat", "sat", "on",  "a",    "mat",
+                         "and", "dog", "ran", "far", "away", "home"};
   clm::Rng rng(5);
   for (int i = 0; i < 3000; ++i)
-    (i < 2600 ? train_text : val_text) += std::string(words[rng.next() % 12]) + (i % 13 == 12 ? ".\n" : " ");
+    (i < 2600 ? train_text : val_text) +=
+        std::string(words[rng.next() % 12]) + (i % 13 == 12 ? ".\n" : " ");
   clm::atomic_write((dir / "text/train.txt").string(), train_text);
   clm::atomic_write((dir / "text/val.txt").string(), val_text);
   clm::PrepareOptions po;
@@ -50,9 +52,17 @@ inline void use_fake_roofline_cache(const std::filesystem::path& cache) {
 
 // A one-layer model with 32-token rows: a training step takes milliseconds.
 inline std::vector<std::string> tiny_model_sets() {
-  return {"model.n_layer=1",  "model.d_model=64", "model.n_head=2", "model.n_kv_head=2",
-          "model.head_dim=32", "model.seq_len=32", "train.batch_tokens=64", "train.micro_batch=2",
-          "train.val_tokens=512", "train.periodic_val_tokens=256", "train.eval_every_seconds=20"};
+  return {"model.n_layer=1",
+          "model.d_model=64",
+          "model.n_head=2",
+          "model.n_kv_head=2",
+          "model.head_dim=32",
+          "model.seq_len=32",
+          "train.batch_tokens=64",
+          "train.micro_batch=2",
+          "train.val_tokens=512",
+          "train.periodic_val_tokens=256",
+          "train.eval_every_seconds=20"};
 }
 
 // The same as `--set k=v` arguments for the command line.

@@ -26,23 +26,29 @@ struct RpcError : std::runtime_error {
 };
 
 std::string error_line(const nlohmann::json& id, int code, const std::string& message) {
-  return nlohmann::json{{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}}.dump();
+  return nlohmann::json{
+      {"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}}
+      .dump();
 }
 
 }  // namespace
 
 const std::vector<std::string>& McpServer::protocol_versions() {
-  static const std::vector<std::string> v = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+  static const std::vector<std::string> v = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                             "2024-11-05"};
   return v;
 }
 
 McpServer::McpServer(std::string name, std::string version, std::string instructions)
-    : name_(std::move(name)), version_(std::move(version)), instructions_(std::move(instructions)) {}
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      instructions_(std::move(instructions)) {}
 
 void McpServer::add_tool(McpTool tool) { tools_.push_back(std::move(tool)); }
 
 nlohmann::json McpServer::call_tool(const nlohmann::json& params) {
-  if (!params.contains("name") || !params["name"].is_string()) throw RpcError(kInvalidParams, "tools/call: 'name' must be a string");
+  if (!params.contains("name") || !params["name"].is_string())
+    throw RpcError(kInvalidParams, "tools/call: 'name' must be a string");
   const std::string name = params["name"].get<std::string>();
   const McpTool* tool = nullptr;
   for (const auto& t : tools_)
@@ -58,17 +64,23 @@ nlohmann::json McpServer::call_tool(const nlohmann::json& params) {
   } catch (const std::exception& e) {
     return {{"content", {{{"type", "text"}, {"text", e.what()}}}}, {"isError", true}};
   }
-  return {{"content", {{{"type", "text"}, {"text", result.dump(2)}}}}, {"structuredContent", result}, {"isError", false}};
+  return {{"content", {{{"type", "text"}, {"text", result.dump(2)}}}},
+          {"structuredContent", result},
+          {"isError", false}};
 }
 
 nlohmann::json McpServer::dispatch(const std::string& method, const nlohmann::json& params) {
   if (method == "initialize") {
     std::string asked = params.value("protocolVersion", "");
     const auto& known = protocol_versions();
-    std::string v = std::find(known.begin(), known.end(), asked) != known.end() ? asked : known.front();
+    std::string v =
+        std::find(known.begin(), known.end(), asked) != known.end() ? asked : known.front();
     return {{"protocolVersion", v},
-            {"capabilities", {{"tools", {{"listChanged", false}}}, {"resources", {{"subscribe", false}, {"listChanged", false}}}}},
-            {"serverInfo", {{"name", name_}, {"title", "clocklm experiment environment"}, {"version", version_}}},
+            {"capabilities",
+             {{"tools", {{"listChanged", false}}},
+              {"resources", {{"subscribe", false}, {"listChanged", false}}}}},
+            {"serverInfo",
+             {{"name", name_}, {"title", "clocklm experiment environment"}, {"version", version_}}},
             {"instructions", instructions_}};
   }
   if (method == "ping") return nlohmann::json::object();
@@ -88,12 +100,16 @@ nlohmann::json McpServer::dispatch(const std::string& method, const nlohmann::js
     nlohmann::json list = nlohmann::json::array();
     if (resources_.list)
       for (const auto& r : resources_.list())
-        list.push_back({{"uri", r.uri}, {"name", r.name}, {"description", r.description}, {"mimeType", r.mime_type}});
+        list.push_back({{"uri", r.uri},
+                        {"name", r.name},
+                        {"description", r.description},
+                        {"mimeType", r.mime_type}});
     return {{"resources", list}};
   }
   if (method == "resources/templates/list") return {{"resourceTemplates", resources_.templates}};
   if (method == "resources/read") {
-    if (!params.contains("uri") || !params["uri"].is_string()) throw RpcError(kInvalidParams, "resources/read: 'uri' must be a string");
+    if (!params.contains("uri") || !params["uri"].is_string())
+      throw RpcError(kInvalidParams, "resources/read: 'uri' must be a string");
     std::string uri = params["uri"].get<std::string>(), mime = "text/plain";
     if (!resources_.read) throw RpcError(kResourceNotFound, "resource not found: " + uri);
     std::string text;
@@ -109,25 +125,34 @@ nlohmann::json McpServer::dispatch(const std::string& method, const nlohmann::js
 
 std::string McpServer::handle_line(const std::string& line) {
   nlohmann::json msg = nlohmann::json::parse(line, nullptr, false);
-  if (msg.is_discarded()) return error_line(nullptr, kParseError, "parse error: the message is not valid JSON");
-  if (msg.is_array()) return error_line(nullptr, kInvalidRequest, "invalid request: batches are not supported");
-  if (!msg.is_object()) return error_line(nullptr, kInvalidRequest, "invalid request: a message must be a JSON object");
+  if (msg.is_discarded())
+    return error_line(nullptr, kParseError, "parse error: the message is not valid JSON");
+  if (msg.is_array())
+    return error_line(nullptr, kInvalidRequest, "invalid request: batches are not supported");
+  if (!msg.is_object())
+    return error_line(nullptr, kInvalidRequest, "invalid request: a message must be a JSON object");
   const bool is_request = msg.contains("id");
   nlohmann::json id = is_request ? msg["id"] : nlohmann::json();
   if (is_request && !id.is_string() && !id.is_number_integer())
-    return error_line(nullptr, kInvalidRequest, "invalid request: 'id' must be a string or an integer");
-  if (msg.value("jsonrpc", "") != "2.0") return error_line(id, kInvalidRequest, "invalid request: 'jsonrpc' must be \"2.0\"");
+    return error_line(nullptr, kInvalidRequest,
+                      "invalid request: 'id' must be a string or an integer");
+  if (msg.value("jsonrpc", "") != "2.0")
+    return error_line(id, kInvalidRequest, "invalid request: 'jsonrpc' must be \"2.0\"");
   if (!msg.contains("method")) {
-    if (msg.contains("result") || msg.contains("error")) return "";  // a response: this server sends no requests
+    if (msg.contains("result") || msg.contains("error"))
+      return "";  // a response: this server sends no requests
     return error_line(id, kInvalidRequest, "invalid request: 'method' is missing");
   }
-  if (!msg["method"].is_string()) return error_line(id, kInvalidRequest, "invalid request: 'method' must be a string");
+  if (!msg["method"].is_string())
+    return error_line(id, kInvalidRequest, "invalid request: 'method' must be a string");
   const std::string method = msg["method"].get<std::string>();
   if (!is_request) return "";  // notifications (initialized, cancelled, ...) need no answer
   nlohmann::json params = msg.contains("params") ? msg["params"] : nlohmann::json::object();
-  if (!params.is_object()) return error_line(id, kInvalidParams, "invalid params: 'params' must be an object");
+  if (!params.is_object())
+    return error_line(id, kInvalidParams, "invalid params: 'params' must be an object");
   try {
-    return nlohmann::json{{"jsonrpc", "2.0"}, {"id", id}, {"result", dispatch(method, params)}}.dump();
+    return nlohmann::json{{"jsonrpc", "2.0"}, {"id", id}, {"result", dispatch(method, params)}}
+        .dump();
   } catch (const RpcError& e) {
     return error_line(id, e.code, e.what());
   } catch (const std::exception& e) {

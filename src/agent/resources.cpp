@@ -56,20 +56,26 @@ std::vector<std::string> doc_names() {
 McpResources clocklm_resources(AgentContext& ctx) {
   McpResources r;
   r.templates = {
-      {{"uriTemplate", "clocklm://docs/{name}"}, {"name", "docs"}, {"description", "clocklm documentation (docs/*.md)"},
+      {{"uriTemplate", "clocklm://docs/{name}"},
+       {"name", "docs"},
+       {"description", "clocklm documentation (docs/*.md)"},
        {"mimeType", "text/markdown"}},
       {{"uriTemplate", "clocklm://experiments/{id}/{file}"},
        {"name", "experiment files"},
-       {"description", "An experiment's experiment.json, state.json, journal.json, train.log, run/config.json, "
-                       "run/summary.json, run/metrics.jsonl, run/profile/profile.txt, ..."},
+       {"description",
+        "An experiment's experiment.json, state.json, journal.json, train.log, run/config.json, "
+        "run/summary.json, run/metrics.jsonl, run/profile/profile.txt, ..."},
        {"mimeType", "application/json"}}};
   r.list = [&ctx] {
     std::vector<McpResource> out;
-    for (const auto& n : doc_names()) out.push_back({kDocsPrefix + n, n, "clocklm documentation: " + n, "text/markdown"});
-    out.push_back({"clocklm://journal", "journal.md", "The experiment journal, rendered on read", "text/markdown"});
+    for (const auto& n : doc_names())
+      out.push_back({kDocsPrefix + n, n, "clocklm documentation: " + n, "text/markdown"});
+    out.push_back({"clocklm://journal", "journal.md", "The experiment journal, rendered on read",
+                   "text/markdown"});
     for (const auto& e : ctx.queue.list())
       for (const auto& [f, mime] : kExpFiles)
-        if (path_exists(e.dir + "/" + f)) out.push_back({kExpPrefix + e.id + "/" + f, e.id + "/" + f, "", mime});
+        if (path_exists(e.dir + "/" + f))
+          out.push_back({kExpPrefix + e.id + "/" + f, e.id + "/" + f, "", mime});
     return out;
   };
   r.read = [&ctx](const std::string& uri, std::string& mime) -> std::string {
@@ -89,7 +95,8 @@ McpResources clocklm_resources(AgentContext& ctx) {
     if (uri.starts_with(kExpPrefix)) {
       std::string rest = uri.substr(std::string(kExpPrefix).size());
       size_t slash = rest.find('/');
-      auto id = slash == std::string::npos ? std::nullopt : ctx.queue.find_id(rest.substr(0, slash));
+      auto id =
+          slash == std::string::npos ? std::nullopt : ctx.queue.find_id(rest.substr(0, slash));
       if (id) {
         std::string file = rest.substr(slash + 1);
         for (const auto& [f, m] : kExpFiles)

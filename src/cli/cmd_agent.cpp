@@ -29,14 +29,17 @@ std::string default_queue() {
 
 void add_queue_option(CLI::App* cmd, std::string& queue) {
   queue = default_queue();
-  cmd->add_option("--queue", queue, "Experiment queue folder (default: $CLOCKLM_QUEUE or ./experiments)");
+  cmd->add_option("--queue", queue,
+                  "Experiment queue folder (default: $CLOCKLM_QUEUE or ./experiments)");
 }
 
 std::string num_or_dash(const nlohmann::json& j, const char* k, int decimals) {
   return j.contains(k) && j[k].is_number() ? fmt_num(j[k].get<double>(), decimals) : "-";
 }
 
-std::string shorten(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+std::string shorten(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
 
 void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
 
@@ -48,20 +51,25 @@ void print_experiment(const nlohmann::json& e) {
 }
 
 void register_exp_init(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("init", "Create or configure a queue: device-time cap, default dataset and baseline");
+  auto* cmd = exp->add_subcommand(
+      "init", "Create or configure a queue: device-time cap, default dataset and baseline");
   struct Opts {
     std::string queue, cap, data, baseline;
   };
   auto o = std::make_shared<Opts>();
   add_queue_option(cmd, o->queue);
-  cmd->add_option("--cap", o->cap, "Device-time cap over all experiments, e.g. 10h ('none' removes it)");
+  cmd->add_option("--cap", o->cap,
+                  "Device-time cap over all experiments, e.g. 10h ('none' removes it)");
   cmd->add_option("--data", o->data, "Default dataset for submissions without --data");
-  cmd->add_option("--baseline", o->baseline, "Default baseline (experiment id or run directory) for the journal");
+  cmd->add_option("--baseline", o->baseline,
+                  "Default baseline (experiment id or run directory) for the journal");
   cmd->callback([o] {
     ExperimentQueue q(o->queue);
     QueueSettings s = q.settings();
-    if (o->cap == "none") s.cap_seconds = -1;
-    else if (!o->cap.empty()) s.cap_seconds = parse_duration(o->cap);
+    if (o->cap == "none")
+      s.cap_seconds = -1;
+    else if (!o->cap.empty())
+      s.cap_seconds = parse_duration(o->cap);
     if (!o->data.empty()) s.data = o->data;
     if (!o->baseline.empty()) s.baseline = o->baseline;
     q.configure(s);
@@ -70,7 +78,8 @@ void register_exp_init(CLI::App* exp) {
 }
 
 void register_exp_submit(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("submit", "Queue a training experiment; prints its id at once (a runner starts on demand)");
+  auto* cmd = exp->add_subcommand(
+      "submit", "Queue a training experiment; prints its id at once (a runner starts on demand)");
   struct Opts {
     std::string queue;
     ExperimentSpec s;
@@ -82,7 +91,8 @@ void register_exp_submit(CLI::App* exp) {
   cmd->add_option("--set", o->s.sets, "Override a config key: key=value (repeatable)");
   cmd->add_option("--budget", o->s.budget, "Device-time budget, e.g. 90s, 5m")->required();
   cmd->add_option("--data", o->s.data, "Prepared dataset folder (default: the queue's)");
-  cmd->add_option("--hypothesis", o->s.hypothesis, "What you expect and why (recorded in the journal)");
+  cmd->add_option("--hypothesis", o->s.hypothesis,
+                  "What you expect and why (recorded in the journal)");
   cmd->add_option("--baseline", o->s.baseline, "Experiment id or run directory to compare with");
   cmd->add_option("--name", o->s.name, "Short label");
   cmd->add_flag("--profile", o->s.profile, "Also profile three steps into RUN/profile/");
@@ -101,7 +111,8 @@ void register_exp_submit(CLI::App* exp) {
 }
 
 void register_exp_list(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("list", "List the queue's experiments with state, device time and val bpb");
+  auto* cmd = exp->add_subcommand(
+      "list", "List the queue's experiments with state, device time and val bpb");
   struct Opts {
     std::string queue;
     bool json = false;
@@ -116,13 +127,15 @@ void register_exp_list(CLI::App* exp) {
       for (const auto& e : exps) std::printf("%s\n", experiment_json(e).dump().c_str());
       return;
     }
-    Table t{{"id", "name", "state", "config", "budget", "device time", "steps", "val bpb", "hypothesis / reason"}};
+    Table t{{"id", "name", "state", "config", "budget", "device time", "steps", "val bpb",
+             "hypothesis / reason"}};
     for (const auto& e : exps) {
       auto j = experiment_json(e);
-      std::string why = j["reason"].get<std::string>().empty() ? e.spec.hypothesis : j["reason"].get<std::string>();
-      t.push_back({e.id, e.spec.name.empty() ? "-" : e.spec.name, e.status(), e.spec.config, e.spec.budget,
-                   fmt_seconds(j["device_seconds"].get<double>()), num_or_dash(j, "steps", 0),
-                   num_or_dash(j, "val_bpb", 4), shorten(why, 60)});
+      std::string why = j["reason"].get<std::string>().empty() ? e.spec.hypothesis
+                                                               : j["reason"].get<std::string>();
+      t.push_back({e.id, e.spec.name.empty() ? "-" : e.spec.name, e.status(), e.spec.config,
+                   e.spec.budget, fmt_seconds(j["device_seconds"].get<double>()),
+                   num_or_dash(j, "steps", 0), num_or_dash(j, "val_bpb", 4), shorten(why, 60)});
     }
     std::printf("%s", text_table(t).c_str());
     std::printf("ledger: %s\n", q.ledger().describe().c_str());
@@ -130,7 +143,8 @@ void register_exp_list(CLI::App* exp) {
 }
 
 void register_exp_status(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("status", "The queue's device-time ledger and runner, or one experiment's state");
+  auto* cmd = exp->add_subcommand(
+      "status", "The queue's device-time ledger and runner, or one experiment's state");
   struct Opts {
     std::string queue, id;
     bool json = false;
@@ -141,16 +155,20 @@ void register_exp_status(CLI::App* exp) {
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o] {
     ExperimentQueue q(o->queue);
-    if (!q.exists()) fail("no experiment queue at {} (submit creates one; or clocklm exp init)", q.dir());
+    if (!q.exists())
+      fail("no experiment queue at {} (submit creates one; or clocklm exp init)", q.dir());
     nlohmann::json j = {{"queue", queue_status(q)}};
     if (!o->id.empty()) j["experiment"] = experiment_json(q.get(o->id));
     if (o->json) return print_json(j);
     if (!o->id.empty()) return print_experiment(j["experiment"]);
     const auto& s = j["queue"];
-    std::printf("queue   %s\nledger  %s\n", q.dir().c_str(), s["ledger_text"].get<std::string>().c_str());
-    std::printf("runner  %s\n", s["runner"].is_null() ? "not running"
-                                                      : fmt::format("pid {} since {}", s["runner"].value("pid", 0),
-                                                                    s["runner"].value("started", "")).c_str());
+    std::printf("queue   %s\nledger  %s\n", q.dir().c_str(),
+                s["ledger_text"].get<std::string>().c_str());
+    std::printf("runner  %s\n", s["runner"].is_null()
+                                    ? "not running"
+                                    : fmt::format("pid {} since {}", s["runner"].value("pid", 0),
+                                                  s["runner"].value("started", ""))
+                                          .c_str());
     std::string counts;
     for (auto it = s["counts"].begin(); it != s["counts"].end(); ++it)
       counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", it.value().get<int>(), it.key());
@@ -159,7 +177,8 @@ void register_exp_status(CLI::App* exp) {
 }
 
 void register_exp_cancel(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("cancel", "Cancel a queued experiment, or stop a running one (it checkpoints first)");
+  auto* cmd = exp->add_subcommand(
+      "cancel", "Cancel a queued experiment, or stop a running one (it checkpoints first)");
   struct Opts {
     std::string queue, id;
   };
@@ -169,12 +188,15 @@ void register_exp_cancel(CLI::App* exp) {
   cmd->callback([o] {
     ExperimentQueue q(o->queue);
     Experiment e = q.cancel(o->id);
-    std::printf("%s %s\n", e.id.c_str(), e.status() == "running" ? "asked to stop (it will be marked cancelled)" : "cancelled");
+    std::printf(
+        "%s %s\n", e.id.c_str(),
+        e.status() == "running" ? "asked to stop (it will be marked cancelled)" : "cancelled");
   });
 }
 
 void register_exp_results(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("results", "One experiment's summary, last metrics, profile table and journal entry");
+  auto* cmd = exp->add_subcommand(
+      "results", "One experiment's summary, last metrics, profile table and journal entry");
   struct Opts {
     std::string queue, id;
     int tail = 5;
@@ -196,17 +218,22 @@ void register_exp_results(CLI::App* exp) {
       std::printf("\nlast metrics rows\n");
       for (const auto& row : r["metrics_tail"]) std::printf("%s\n", row.dump().c_str());
     }
-    if (r["profile_table"].is_string()) std::printf("\nprofile\n%s", r["profile_table"].get<std::string>().c_str());
+    if (r["profile_table"].is_string())
+      std::printf("\nprofile\n%s", r["profile_table"].get<std::string>().c_str());
     const auto& d = r["journal"]["delta"];
     if (d.is_object())
-      std::printf("\nagainst baseline %s: val bpb %+.4f, tokens/s x%.3f\n",
-                  r["journal"]["baseline"]["ref"].get<std::string>().c_str(), d["val_bpb"].get<double>(),
-                  d["tokens_per_second_ratio"].is_number() ? d["tokens_per_second_ratio"].get<double>() : NAN);
+      std::printf(
+          "\nagainst baseline %s: val bpb %+.4f, tokens/s x%.3f\n",
+          r["journal"]["baseline"]["ref"].get<std::string>().c_str(), d["val_bpb"].get<double>(),
+          d["tokens_per_second_ratio"].is_number() ? d["tokens_per_second_ratio"].get<double>()
+                                                   : NAN);
   });
 }
 
 void register_exp_journal(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("journal", "Render the journal (hypotheses, config differences, results, deltas) as markdown");
+  auto* cmd = exp->add_subcommand(
+      "journal",
+      "Render the journal (hypotheses, config differences, results, deltas) as markdown");
   struct Opts {
     std::string queue, out;
   };
@@ -217,12 +244,14 @@ void register_exp_journal(CLI::App* exp) {
     ExperimentQueue q(o->queue);
     JournalFiles f = write_journal(q, o->out);
     for (const auto& n : f.notes) std::fprintf(stderr, "clocklm: note: %s\n", n.c_str());
-    std::printf("wrote %s (%zu experiments) and %zu plot files\n", f.markdown.c_str(), f.entries.size(), f.plots.size());
+    std::printf("wrote %s (%zu experiments) and %zu plot files\n", f.markdown.c_str(),
+                f.entries.size(), f.plots.size());
   });
 }
 
 void register_exp_run(CLI::App* exp) {
-  auto* cmd = exp->add_subcommand("run", "Run the queue in the foreground until no experiment is queued (the runner)");
+  auto* cmd = exp->add_subcommand(
+      "run", "Run the queue in the foreground until no experiment is queued (the runner)");
   struct Opts {
     std::string queue, exe;
   };
@@ -241,7 +270,8 @@ void register_exp_run(CLI::App* exp) {
 }
 
 void register_mcp(CLI::App& app) {
-  auto* cmd = app.add_subcommand("mcp", "Serve the Model Context Protocol on stdin/stdout for AI agents (docs/AGENTS.md)");
+  auto* cmd = app.add_subcommand(
+      "mcp", "Serve the Model Context Protocol on stdin/stdout for AI agents (docs/AGENTS.md)");
   auto queue = std::make_shared<std::string>();
   add_queue_option(cmd, *queue);
   cmd->callback([queue] {
@@ -261,7 +291,8 @@ void register_mcp(CLI::App& app) {
 }  // namespace
 
 void register_agent_commands(CLI::App& app) {
-  auto* exp = app.add_subcommand("exp", "The experiment queue: submit, list, status, cancel, results, journal, run");
+  auto* exp = app.add_subcommand(
+      "exp", "The experiment queue: submit, list, status, cancel, results, journal, run");
   exp->require_subcommand(1);
   register_exp_init(exp);
   register_exp_submit(exp);

@@ -52,10 +52,11 @@ nlohmann::json journal_entry(ExperimentQueue& q, const Experiment& e) {
     try {
       RunData r = load_run(e.run_dir());
       config = r.config;
-      j["result"] = {{"val_bpb", num(r.val_bpb())},    {"tokens_per_second", num(r.tokens_per_second())},
-                     {"device_seconds", spent},         {"run_device_seconds", num(r.device_seconds())},
-                     {"steps", num(r.steps())},         {"tokens", num(r.tokens())},
-                     {"params", num(r.params())},       {"finished", r.finished()}};
+      j["result"] = {
+          {"val_bpb", num(r.val_bpb())}, {"tokens_per_second", num(r.tokens_per_second())},
+          {"device_seconds", spent},     {"run_device_seconds", num(r.device_seconds())},
+          {"steps", num(r.steps())},     {"tokens", num(r.tokens())},
+          {"params", num(r.params())},   {"finished", r.finished()}};
     } catch (const std::exception& err) {
       j["result"] = {{"error", err.what()}, {"device_seconds", spent}};
     }
@@ -64,7 +65,8 @@ nlohmann::json journal_entry(ExperimentQueue& q, const Experiment& e) {
     try {
       config = to_json(load_config(e.spec.config, e.spec.sets));
     } catch (const std::exception&) {
-      // Leaves the diff empty: the submission validated the config, so only a changed file lands here.
+      // Leaves the diff empty: the submission validated the config, so only a changed file lands
+      // here.
     }
   }
   if (e.spec.baseline.empty()) return j;
@@ -79,7 +81,9 @@ nlohmann::json journal_entry(ExperimentQueue& q, const Experiment& e) {
     b["finished"] = br.finished();
     if (!br.config.is_null() && !config.is_null()) {
       for (const auto& kv : config_key_values({br.config, config}))
-        if (kv.differs) j["config_diff"].push_back({{"key", kv.key}, {"baseline", kv.values[0]}, {"value", kv.values[1]}});
+        if (kv.differs)
+          j["config_diff"].push_back(
+              {{"key", kv.key}, {"baseline", kv.values[0]}, {"value", kv.values[1]}});
     }
     const nlohmann::json& res = j["result"];
     double v = get_num(res, "val_bpb"), bv = get_num(b, "val_bpb");
@@ -88,7 +92,8 @@ nlohmann::json journal_entry(ExperimentQueue& q, const Experiment& e) {
       j["delta"] = {{"val_bpb", v - bv},
                     {"tokens_per_second", num(t - bt)},
                     {"tokens_per_second_ratio", bt > 0 ? num(t / bt) : nlohmann::json()},
-                    {"device_seconds", num(get_num(res, "run_device_seconds") - get_num(b, "device_seconds"))}};
+                    {"device_seconds",
+                     num(get_num(res, "run_device_seconds") - get_num(b, "device_seconds"))}};
     }
   } catch (const std::exception& err) {
     b["error"] = err.what();
@@ -102,43 +107,55 @@ void record_journal_entry(ExperimentQueue& q, const Experiment& e) {
 }
 
 static std::string entry_markdown(const nlohmann::json& en) {
-  std::string md = fmt::format("### {}{} ({})\n\n", en["id"].get<std::string>(),
-                               en["name"].get<std::string>().empty() ? "" : " " + en["name"].get<std::string>(),
-                               en["state"].get<std::string>());
+  std::string md =
+      fmt::format("### {}{} ({})\n\n", en["id"].get<std::string>(),
+                  en["name"].get<std::string>().empty() ? "" : " " + en["name"].get<std::string>(),
+                  en["state"].get<std::string>());
   std::string hyp = en["hypothesis"].get<std::string>();
   md += fmt::format("**Hypothesis:** {}\n\n", hyp.empty() ? "(none given)" : hyp);
   std::string sets;
   for (const auto& s : en["set"]) sets += fmt::format(" `{}`", s.get<std::string>());
-  md += fmt::format("**Config:** `{}`{}{}, budget {}; submitted {}{}.\n\n", en["config"].get<std::string>(),
-                    sets.empty() ? "" : " with", sets, en["budget"].get<std::string>(), en["submitted"].get<std::string>(),
-                    en["finished"].get<std::string>().empty() ? "" : ", finished " + en["finished"].get<std::string>());
-  if (!en["reason"].get<std::string>().empty()) md += fmt::format("**Reason:** {}\n\n", en["reason"].get<std::string>());
+  md += fmt::format("**Config:** `{}`{}{}, budget {}; submitted {}{}.\n\n",
+                    en["config"].get<std::string>(), sets.empty() ? "" : " with", sets,
+                    en["budget"].get<std::string>(), en["submitted"].get<std::string>(),
+                    en["finished"].get<std::string>().empty()
+                        ? ""
+                        : ", finished " + en["finished"].get<std::string>());
+  if (!en["reason"].get<std::string>().empty())
+    md += fmt::format("**Reason:** {}\n\n", en["reason"].get<std::string>());
   const auto& r = en["result"];
   if (r.is_object() && !r.contains("error")) {
-    md += fmt::format("**Result:** val bpb {}, {} tokens/s, {} device time over {} attempt(s) ({} steps)\n\n",
-                      fmt_num(get_num(r, "val_bpb"), 4), fmt_si(get_num(r, "tokens_per_second")),
-                      fmt_seconds(get_num(r, "device_seconds")), en["attempts"].get<size_t>(),
-                      fmt_si(get_num(r, "steps"), 0));
+    md += fmt::format(
+        "**Result:** val bpb {}, {} tokens/s, {} device time over {} attempt(s) ({} steps)\n\n",
+        fmt_num(get_num(r, "val_bpb"), 4), fmt_si(get_num(r, "tokens_per_second")),
+        fmt_seconds(get_num(r, "device_seconds")), en["attempts"].get<size_t>(),
+        fmt_si(get_num(r, "steps"), 0));
   } else if (r.is_object()) {
     md += fmt::format("**Result:** unreadable ({})\n\n", r["error"].get<std::string>());
   }
   const auto& b = en["baseline"];
   if (b.is_object()) {
     if (b.contains("error")) {
-      md += fmt::format("**Baseline:** {} (unreadable: {})\n\n", b["ref"].get<std::string>(), b["error"].get<std::string>());
+      md += fmt::format("**Baseline:** {} (unreadable: {})\n\n", b["ref"].get<std::string>(),
+                        b["error"].get<std::string>());
     } else {
-      md += fmt::format("**Baseline:** {} (val bpb {})", b["ref"].get<std::string>(), fmt_num(get_num(b, "val_bpb"), 4));
+      md += fmt::format("**Baseline:** {} (val bpb {})", b["ref"].get<std::string>(),
+                        fmt_num(get_num(b, "val_bpb"), 4));
       const auto& d = en["delta"];
       if (d.is_object()) {
         double dv = get_num(d, "val_bpb");
         md += fmt::format(" — **Δ val bpb {}** ({}), tokens/s ×{}", signed_num(dv, 4),
-                          dv < 0 ? "better" : dv > 0 ? "worse" : "same", fmt_num(get_num(d, "tokens_per_second_ratio"), 3));
+                          dv < 0   ? "better"
+                          : dv > 0 ? "worse"
+                                   : "same",
+                          fmt_num(get_num(d, "tokens_per_second_ratio"), 3));
       }
       md += "\n\n";
       if (!en["config_diff"].empty()) {
         Table t{{"setting", "baseline", "this experiment"}};
         for (const auto& c : en["config_diff"])
-          t.push_back({c["key"].get<std::string>(), c["baseline"].get<std::string>(), c["value"].get<std::string>()});
+          t.push_back({c["key"].get<std::string>(), c["baseline"].get<std::string>(),
+                       c["value"].get<std::string>()});
         md += md_table(t) + "\n";
       } else {
         md += "Same configuration as the baseline.\n\n";
@@ -176,7 +193,8 @@ JournalFiles write_journal(ExperimentQueue& q, const std::string& out_in) {
       f.notes.push_back(fmt::format("{}: {}", e.id, err.what()));
     }
   }
-  std::string md = fmt::format("# Experiment journal: {}\n\nDevice time: {}.\n\n", q.dir(), q.ledger().describe());
+  std::string md = fmt::format("# Experiment journal: {}\n\nDevice time: {}.\n\n", q.dir(),
+                               q.ledger().describe());
   md += "## Leaderboard\n\n";
   if (runs.empty()) {
     md += "No experiment has run yet.\n\n";

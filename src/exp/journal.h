@@ -13,10 +13,10 @@
 namespace clm {
 
 // One entry: {id, name, state, reason, hypothesis, config, set, submitted, finished,
-//   result: {val_bpb, tokens_per_second, device_seconds, run_device_seconds, steps, tokens, params} | null,
-//   baseline: {ref, run_dir, val_bpb, tokens_per_second, device_seconds} | null (with "error" when
-//   it cannot be read), config_diff: [{key, baseline, value}],
-//   delta: {val_bpb, tokens_per_second, tokens_per_second_ratio, device_seconds} | null}.
+//   result: {val_bpb, tokens_per_second, device_seconds, run_device_seconds, steps, tokens, params}
+//   | null, baseline: {ref, run_dir, val_bpb, tokens_per_second, device_seconds} | null (with
+//   "error" when it cannot be read), config_diff: [{key, baseline, value}], delta: {val_bpb,
+//   tokens_per_second, tokens_per_second_ratio, device_seconds} | null}.
 // Computed from the files as they are now.
 nlohmann::json journal_entry(ExperimentQueue& q, const Experiment& e);
 // Writes EXP/journal.json; the runner calls it when an experiment finishes.

@@ -35,20 +35,24 @@ std::string Ledger::describe() const {
 
 void check_cap(const Ledger& l, double budget_seconds, const std::string& queue_dir) {
   if (!l.capped() || budget_seconds <= l.remaining()) return;
-  fail("device-time cap reached: this experiment asks for {} but the queue {} has {} left ({}; raise the "
-       "cap with `clocklm exp init --queue {} --cap DURATION`)",
-       fmt_seconds(budget_seconds), queue_dir, fmt_seconds(std::max(0.0, l.remaining())), l.describe(), queue_dir);
+  fail(
+      "device-time cap reached: this experiment asks for {} but the queue {} has {} left ({}; "
+      "raise the cap with `clocklm exp init --queue {} --cap DURATION`)",
+      fmt_seconds(budget_seconds), queue_dir, fmt_seconds(std::max(0.0, l.remaining())),
+      l.describe(), queue_dir);
 }
 
 double run_device_seconds(const std::string& run_dir) {
   try {
     if (path_exists(run_dir + "/summary.json")) {
       auto s = nlohmann::json::parse(read_file(run_dir + "/summary.json"));
-      if (s.contains("device_seconds") && s["device_seconds"].is_number()) return s["device_seconds"].get<double>();
+      if (s.contains("device_seconds") && s["device_seconds"].is_number())
+        return s["device_seconds"].get<double>();
     }
     if (!path_exists(run_dir + "/metrics.jsonl")) return 0;
     std::vector<std::string> warnings;
-    auto rows = parse_metrics(read_file(run_dir + "/metrics.jsonl"), run_dir + "/metrics.jsonl", &warnings);
+    auto rows =
+        parse_metrics(read_file(run_dir + "/metrics.jsonl"), run_dir + "/metrics.jsonl", &warnings);
     for (auto it = rows.rbegin(); it != rows.rend(); ++it)
       if (it->contains("device_seconds") && (*it)["device_seconds"].is_number())
         return (*it)["device_seconds"].get<double>();
@@ -58,7 +62,9 @@ double run_device_seconds(const std::string& run_dir) {
   return 0;
 }
 
-bool has_checkpoint(const std::string& run_dir) { return path_exists(run_dir + "/checkpoints/latest"); }
+bool has_checkpoint(const std::string& run_dir) {
+  return path_exists(run_dir + "/checkpoints/latest");
+}
 
 double checkpoint_device_seconds(const std::string& run_dir) {
   if (!has_checkpoint(run_dir)) return 0;

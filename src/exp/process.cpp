@@ -51,7 +51,8 @@ void child_redirect(const char* path, bool stdin_null) {
 
 }  // namespace
 
-pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args, const SpawnOptions& opt) {
+pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args,
+                    const SpawnOptions& opt) {
   std::vector<std::string> all{exe};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv = c_argv(all);
@@ -98,11 +99,13 @@ int wait_process(pid_t pid) {
   return 255;
 }
 
-int run_process(const std::string& exe, const std::vector<std::string>& args, const SpawnOptions& opt) {
+int run_process(const std::string& exe, const std::vector<std::string>& args,
+                const SpawnOptions& opt) {
   return wait_process(spawn_process(exe, args, opt));
 }
 
-void spawn_detached(const std::string& exe, const std::vector<std::string>& args, const std::string& log) {
+void spawn_detached(const std::string& exe, const std::vector<std::string>& args,
+                    const std::string& log) {
   std::vector<std::string> all{exe};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv = c_argv(all);

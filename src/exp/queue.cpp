@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Exclusive lock on a file for the lifetime of the object (close-on-exec: never handed to children).
+// Exclusive lock on a file for the lifetime of the object (close-on-exec: never handed to
+// children).
 class FileLock {
  public:
   explicit FileLock(const std::string& path) {
@@ -47,7 +48,9 @@ class FileLock {
 
 std::string id_of(int n) { return fmt::format("exp-{:04d}", n); }
 
-std::string absolute(const std::string& p) { return p.empty() ? p : fs::absolute(p).lexically_normal().string(); }
+std::string absolute(const std::string& p) {
+  return p.empty() ? p : fs::absolute(p).lexically_normal().string();
+}
 
 nlohmann::json read_json(const std::string& path) {
   std::string text = read_file(path);
@@ -65,7 +68,8 @@ std::string failure_reason(const std::string& log, int rc) {
     size_t p = text.rfind(tag);
     if (p != std::string::npos) {
       size_t e = text.find('\n', p);
-      last = text.substr(p + tag.size(), e == std::string::npos ? std::string::npos : e - p - tag.size());
+      last = text.substr(p + tag.size(),
+                         e == std::string::npos ? std::string::npos : e - p - tag.size());
     }
   }
   if (!last.empty()) return "training failed: " + last;
@@ -87,10 +91,17 @@ double last_step(const std::string& run_dir) {
 // ---- spec ---------------------------------------------------------------------------------
 
 nlohmann::json to_json(const ExperimentSpec& s) {
-  return {{"name", s.name},       {"config", s.config},         {"set", s.sets},
-          {"data", s.data},       {"budget", s.budget},         {"budget_seconds", s.budget_seconds},
-          {"hypothesis", s.hypothesis}, {"baseline", s.baseline}, {"profile", s.profile},
-          {"device", s.device},   {"submitter", s.submitter}};
+  return {{"name", s.name},
+          {"config", s.config},
+          {"set", s.sets},
+          {"data", s.data},
+          {"budget", s.budget},
+          {"budget_seconds", s.budget_seconds},
+          {"hypothesis", s.hypothesis},
+          {"baseline", s.baseline},
+          {"profile", s.profile},
+          {"device", s.device},
+          {"submitter", s.submitter}};
 }
 
 ExperimentSpec experiment_spec_from_json(const nlohmann::json& j) {
@@ -149,7 +160,8 @@ QueueSettings ExperimentQueue::settings() const {
 void ExperimentQueue::configure(const QueueSettings& s) {
   make_dirs(dir_);
   FileLock lock(dir_ + "/queue.lock");
-  nlohmann::json j = {{"data", absolute(s.data)}, {"baseline", s.baseline}, {"updated", utc_now_iso8601()}};
+  nlohmann::json j = {
+      {"data", absolute(s.data)}, {"baseline", s.baseline}, {"updated", utc_now_iso8601()}};
   j["cap_device_seconds"] = s.cap_seconds >= 0 ? nlohmann::json(s.cap_seconds) : nlohmann::json();
   atomic_write(dir_ + "/queue.json", j.dump(2) + "\n");
 }
@@ -169,7 +181,8 @@ std::vector<std::string> ExperimentQueue::ids() const {
 
 std::optional<std::string> ExperimentQueue::find_id(const std::string& s) const {
   std::string t = s.starts_with("exp-") ? s.substr(4) : s;
-  if (t.empty() || t.size() > 9 || !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (t.empty() || t.size() > 9 ||
+      !std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return std::nullopt;
   std::string id = id_of(std::stoi(t));
   if (!path_exists(dir_ + "/" + id + "/state.json")) return std::nullopt;
@@ -218,10 +231,11 @@ void ExperimentQueue::settle_orphans(bool runner_gone) {
     auto& a = st["attempts"].back();
     std::string run = e.run_dir();
     a["ended"] = utc_now_iso8601();
-    a["device_seconds"] = std::max(0.0, run_device_seconds(run) - a.value("start_device_seconds", 0.0));
+    a["device_seconds"] =
+        std::max(0.0, run_device_seconds(run) - a.value("start_device_seconds", 0.0));
     a["outcome"] = "runner died";
-    std::string who = fmt::format("the runner (pid {}) stopped during attempt {}", a.value("runner_pid", 0),
-                                  st["attempts"].size());
+    std::string who = fmt::format("the runner (pid {}) stopped during attempt {}",
+                                  a.value("runner_pid", 0), st["attempts"].size());
     if (st.value("cancel_requested", false)) {
       st["state"] = "cancelled";
       st["reason"] = "cancelled while running; " + who;
@@ -232,10 +246,13 @@ void ExperimentQueue::settle_orphans(bool runner_gone) {
       st["finished"] = utc_now_iso8601();
     } else if (has_checkpoint(run)) {
       st["state"] = "queued";
-      st["note"] = fmt::format("{} at step {}; queued to resume from its checkpoint", who, last_step(run));
+      st["note"] =
+          fmt::format("{} at step {}; queued to resume from its checkpoint", who, last_step(run));
     } else {
       st["state"] = "failed";
-      st["reason"] = who + " before the run wrote a checkpoint, so there is nothing to resume (submit it again)";
+      st["reason"] =
+          who +
+          " before the run wrote a checkpoint, so there is nothing to resume (submit it again)";
       st["finished"] = utc_now_iso8601();
     }
     save_state(e);
@@ -244,7 +261,8 @@ void ExperimentQueue::settle_orphans(bool runner_gone) {
 
 Experiment ExperimentQueue::submit(ExperimentSpec s) {
   if (s.config.empty()) fail("submit: a config (preset name or JSON file) is required");
-  if (s.config.find('/') != std::string::npos || s.config.ends_with(".json")) s.config = absolute(s.config);
+  if (s.config.find('/') != std::string::npos || s.config.ends_with(".json"))
+    s.config = absolute(s.config);
   load_config(s.config, s.sets);  // unknown keys and invalid values fail now, not in the runner
   if (s.budget.empty()) fail("submit: a device-time budget is required (e.g. 90s, 5m)");
   s.budget_seconds = parse_duration(s.budget);
@@ -252,15 +270,21 @@ Experiment ExperimentQueue::submit(ExperimentSpec s) {
   QueueSettings qs = settings();
   if (s.data.empty()) s.data = qs.data;
   if (s.data.empty())
-    fail("submit: no dataset given and the queue {} has no default (clocklm exp init --queue {} --data DIR)", dir_,
-         dir_);
+    fail(
+        "submit: no dataset given and the queue {} has no default (clocklm exp init --queue {} "
+        "--data DIR)",
+        dir_, dir_);
   s.data = absolute(s.data);
   read_dataset_info(s.data);  // a folder made by `clocklm prepare`, or a one-line error
   if (s.baseline.empty()) s.baseline = qs.baseline;
   if (!s.baseline.empty()) {
-    if (auto id = find_id(s.baseline)) s.baseline = *id;
-    else if (fs::is_directory(s.baseline)) s.baseline = absolute(s.baseline);
-    else fail("submit: baseline '{}' is neither an experiment of {} nor a run directory", s.baseline, dir_);
+    if (auto id = find_id(s.baseline))
+      s.baseline = *id;
+    else if (fs::is_directory(s.baseline))
+      s.baseline = absolute(s.baseline);
+    else
+      fail("submit: baseline '{}' is neither an experiment of {} nor a run directory", s.baseline,
+           dir_);
   }
 
   make_dirs(dir_);
@@ -313,7 +337,8 @@ Experiment ExperimentQueue::cancel(const std::string& id) {
   auto& st = e.state;
   if (e.status() == "queued") {
     st["state"] = "cancelled";
-    st["reason"] = st["attempts"].empty() ? "cancelled before it started" : "cancelled while queued to resume";
+    st["reason"] =
+        st["attempts"].empty() ? "cancelled before it started" : "cancelled while queued to resume";
     st["finished"] = utc_now_iso8601();
   } else if (e.status() == "running") {
     st["cancel_requested"] = true;
@@ -334,7 +359,8 @@ Ledger ExperimentQueue::ledger_locked() {
     Experiment e = load(id);
     ++l.experiments;
     l.spent += experiment_device_seconds(e.state, e.run_dir());
-    if (e.active()) l.reserved += std::max(0.0, e.spec.budget_seconds - run_device_seconds(e.run_dir()));
+    if (e.active())
+      l.reserved += std::max(0.0, e.spec.budget_seconds - run_device_seconds(e.run_dir()));
   }
   return l;
 }
@@ -405,7 +431,8 @@ Experiment ExperimentQueue::finish_attempt(const std::string& id, int rc) {
   std::string run = e.run_dir();
   a["ended"] = utc_now_iso8601();
   a["exit_status"] = rc;
-  a["device_seconds"] = std::max(0.0, run_device_seconds(run) - a.value("start_device_seconds", 0.0));
+  a["device_seconds"] =
+      std::max(0.0, run_device_seconds(run) - a.value("start_device_seconds", 0.0));
   st["finished"] = a["ended"];
   st.erase("note");
   if (rc == 0 && path_exists(run + "/summary.json")) {

@@ -25,18 +25,18 @@ struct ExperimentSpec {
   std::string data;               // prepared dataset folder ("" = the queue's default), absolute
   std::string budget;             // device-time budget as given ("90s", "5m")
   double budget_seconds = 0;
-  std::string hypothesis;         // why the submitter thinks this is worth its device time
-  std::string baseline;           // experiment id or run directory to compare with ("" = queue default)
-  bool profile = false;           // train --profile
-  std::string device = "auto";    // train --device
-  std::string submitter;          // free text, e.g. "cli" or the MCP client's name
+  std::string hypothesis;  // why the submitter thinks this is worth its device time
+  std::string baseline;    // experiment id or run directory to compare with ("" = queue default)
+  bool profile = false;    // train --profile
+  std::string device = "auto";  // train --device
+  std::string submitter;        // free text, e.g. "cli" or the MCP client's name
 };
 nlohmann::json to_json(const ExperimentSpec& s);
 ExperimentSpec experiment_spec_from_json(const nlohmann::json& j);
 
 struct Experiment {
-  std::string id;       // "exp-0001"
-  std::string dir;      // QUEUE/exp-0001
+  std::string id;   // "exp-0001"
+  std::string dir;  // QUEUE/exp-0001
   ExperimentSpec spec;
   std::string submitted;
   nlohmann::json state;  // state.json
@@ -73,8 +73,8 @@ class ExperimentQueue {
   const std::string& dir() const { return dir_; }
   bool exists() const;
 
-  QueueSettings settings() const;               // QUEUE/queue.json, or the defaults
-  void configure(const QueueSettings& s);       // creates the queue if needed
+  QueueSettings settings() const;          // QUEUE/queue.json, or the defaults
+  void configure(const QueueSettings& s);  // creates the queue if needed
 
   // Validates the spec (config and overrides load, the dataset exists, the budget is positive),
   // refuses it when the ledger's cap would be exceeded, then writes it as queued.
@@ -82,13 +82,13 @@ class ExperimentQueue {
   // Every experiment in id order. Experiments left `running` by a runner that is gone are settled
   // first (queued to resume from their checkpoint, or failed with the reason).
   std::vector<Experiment> list();
-  Experiment get(const std::string& id);        // Error for an unknown id
+  Experiment get(const std::string& id);  // Error for an unknown id
   // Queued: cancelled at once. Running: asks the training process to stop (it checkpoints); the
   // runner then marks it cancelled. Finished: Error.
   Experiment cancel(const std::string& id);
   Ledger ledger();
   bool runner_active() const;
-  nlohmann::json runner_info() const;           // QUEUE/runner.json when a runner is active, else null
+  nlohmann::json runner_info() const;  // QUEUE/runner.json when a runner is active, else null
 
   // An experiment id ("exp-0003", "3", "0003") -> its run directory; anything else is taken as
   // a run directory path. Throws Error when neither exists.

@@ -38,17 +38,22 @@ int run_queue(ExperimentQueue& q, const std::string& exe_in, std::FILE* log) {
   while (true) {
     std::optional<RunnerLock> lock = RunnerLock::try_acquire(q.dir());
     if (!lock) return ran > 0 ? ran : -1;
-    atomic_write(q.dir() + "/runner.json",
-                 nlohmann::json{{"pid", ::getpid()}, {"started", utc_now_iso8601()}, {"exe", exe}}.dump() + "\n");
+    atomic_write(
+        q.dir() + "/runner.json",
+        nlohmann::json{{"pid", ::getpid()}, {"started", utc_now_iso8601()}, {"exe", exe}}.dump() +
+            "\n");
     while (std::optional<Experiment> e = q.claim_next(::getpid())) {
       bool resume = e->state["attempts"].back().value("resumed", false);
       auto args = experiment_train_args(*e, resume);
-      std::fprintf(log, "%s %s: %s %s\n", utc_now_iso8601().c_str(), e->id.c_str(), resume ? "resuming" : "starting",
+      std::fprintf(log, "%s %s: %s %s\n", utc_now_iso8601().c_str(), e->id.c_str(),
+                   resume ? "resuming" : "starting",
                    run_record([&] {
                      std::vector<std::string> all{exe};
                      all.insert(all.end(), args.begin(), args.end());
                      return all;
-                   }())["command"].get<std::string>().c_str());
+                   }())["command"]
+                       .get<std::string>()
+                       .c_str());
       std::fflush(log);
       SpawnOptions so;
       so.output = e->log_path();
@@ -65,8 +70,9 @@ int run_queue(ExperimentQueue& q, const std::string& exe_in, std::FILE* log) {
       }
       Experiment f = q.finish_attempt(e->id, rc);
       ++ran;
-      std::fprintf(log, "%s %s: %s%s%s\n", utc_now_iso8601().c_str(), f.id.c_str(), f.status().c_str(),
-                   f.state.value("reason", "").empty() ? "" : ": ", f.state.value("reason", "").c_str());
+      std::fprintf(log, "%s %s: %s%s%s\n", utc_now_iso8601().c_str(), f.id.c_str(),
+                   f.status().c_str(), f.state.value("reason", "").empty() ? "" : ": ",
+                   f.state.value("reason", "").c_str());
       std::fflush(log);
       if (f.status() == "done") {
         try {
@@ -87,7 +93,8 @@ int run_queue(ExperimentQueue& q, const std::string& exe_in, std::FILE* log) {
 bool ensure_runner(ExperimentQueue& q, const std::string& exe_in) {
   if (!q.exists() || q.runner_active() || !q.has_queued()) return false;
   const std::string exe = exe_in.empty() ? self_exe() : exe_in;
-  spawn_detached(exe, {"exp", "run", "--queue", std::filesystem::absolute(q.dir()).string()}, q.dir() + "/runner.log");
+  spawn_detached(exe, {"exp", "run", "--queue", std::filesystem::absolute(q.dir()).string()},
+                 q.dir() + "/runner.log");
   return true;
 }
 
