@@ -124,7 +124,10 @@ static std::string entry_markdown(const nlohmann::json& en) {
   if (!en["reason"].get<std::string>().empty())
     md += fmt::format("**Reason:** {}\n\n", en["reason"].get<std::string>());
   const auto& r = en["result"];
-  if (r.is_object() && !r.contains("error")) {
+  if (r.is_object() && !r.contains("error") && r["steps"].is_null()) {
+    md += fmt::format("**Result:** no training step recorded ({} device time)\n\n",
+                      fmt_seconds(get_num(r, "device_seconds")));
+  } else if (r.is_object() && !r.contains("error")) {
     md += fmt::format(
         "**Result:** val bpb {}, {} tokens/s, {} device time over {} attempt(s) ({} steps)\n\n",
         fmt_num(get_num(r, "val_bpb"), 4), fmt_si(get_num(r, "tokens_per_second")),
@@ -180,7 +183,7 @@ JournalFiles write_journal(ExperimentQueue& q, const std::string& out_in) {
     if (!path_exists(e.run_dir() + "/metrics.jsonl")) continue;
     try {
       RunData r = load_run(e.run_dir());
-      r.name = e.id;
+      r.name = r.dir = e.id;  // the tables show the experiment, not its run folder
       double v = r.finished() ? r.val_bpb() : NAN;
       if (!std::isnan(v)) {
         double x = std::stod(e.id.substr(4));
