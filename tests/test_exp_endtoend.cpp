@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "core/common.h"
-#include "data/prepare.h"
 #include "exp/report.h"
 #include "exp/roofline.h"
 #include "exp/runs.h"
+#include "test_exp_util.h"
 #include "train/trainer.h"
 
 using namespace clm;
@@ -23,43 +23,19 @@ namespace fs = std::filesystem;
 TEST(ExpEndToEnd, TrainTwiceProfileReportCompare) {
   fs::path d = fs::temp_directory_path() / ("clocklm_test_exp_e2e_" + std::to_string(::getpid()));
   fs::remove_all(d);
-  fs::create_directories(d / "text");
+  fs::create_directories(d);
   // A cached roofline in a private cache folder, so --profile does not spend ~10 s measuring.
-  ::setenv("XDG_CACHE_HOME", (d / "cache").c_str(), 1);
-  Roofline roof;
-  roof.cpu_model = "test";
-  roof.threads = default_threads();
-  roof.fp32_flops = 100e9;
-  roof.bf16_flops = 200e9;
-  roof.copy_bytes_per_s = roof.triad_bytes_per_s = 20e9;
-  std::string cache = roofline_cache_path(roof.threads);
-  make_dirs(fs::path(cache).parent_path().string());
-  atomic_write(cache, to_json(roof).dump());
+  exp_test::use_fake_roofline_cache(d / "cache");
+  std::string data = exp_test::make_tiny_dataset(d);
 
-  std::string train_text, val_text;
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home"};
-  Rng rng(5);
-  for (int i = 0; i < 3000; ++i) (i < 2600 ? train_text : val_text) += std::string(words[rng.next() % 12]) + (i % 13 == 12 ? ".\n" : " ");
-  atomic_write((d / "text/train.txt").string(), train_text);
-  atomic_write((d / "text/val.txt").string(), val_text);
-  PrepareOptions po;
-  po.inputs = {(d / "text/train.txt").string()};
-  po.val_inputs = {(d / "text/val.txt").string()};
-  po.vocab_size = 300;
-  po.out = (d / "data").string();
-  po.quiet = true;
-  prepare_dataset(po);
-
-  std::vector<std::string> tiny = {"model.n_layer=1", "model.d_model=64", "model.n_head=2", "model.n_kv_head=2",
-                                   "model.head_dim=32", "model.seq_len=32", "train.max_steps=6",
-                                   "train.batch_tokens=64", "train.micro_batch=2", "train.val_tokens=512",
-                                   "train.periodic_val_tokens=256", "train.eval_every_seconds=20"};
+  std::vector<std::string> tiny = exp_test::tiny_model_sets();
+  tiny.push_back("train.max_steps=6");
   auto run = [&](const std::string& name, std::vector<std::string> extra, bool profile) {
     TrainOptions o;
     o.config = "d4";
     o.sets = tiny;
     o.sets.insert(o.sets.end(), extra.begin(), extra.end());
-    o.data_dir = (d / "data").string();
+    o.data_dir = data;
     o.out_dir = (d / "runs" / name).string();
     o.budget_seconds = 60;
     o.profile = profile;

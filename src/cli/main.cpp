@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   clm::register_bench_commands(app);
   clm::register_eval_commands(app);
   clm::register_exp_commands(app);
+  clm::register_agent_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -353,29 +353,18 @@ ReportFiles write_compare(const std::vector<RunData>& runs_in, const std::string
   md += md_table(where) + "\n## Results\n\nBest value in **bold** (lowest val bpb, highest CORE and tokens/s).\n\n";
   md += md_table(results_table(runs, true)) + "\n";
   // Configs: every key of every run; differing ones first and in bold.
-  std::vector<std::map<std::string, std::string>> cfgs;
-  std::vector<std::string> keys;
-  std::set<std::string> seen;
-  for (auto* r : runs) {
-    cfgs.emplace_back();
-    for (auto& [k, v] : flatten_json(r->config)) {
-      cfgs.back()[k] = v;
-      if (seen.insert(k).second) keys.push_back(k);
-    }
-  }
+  std::vector<nlohmann::json> configs;
+  for (auto* r : runs) configs.push_back(r->config);
   Table diff{{"setting"}}, same{{"setting", "value"}};
   for (auto* r : runs) diff[0].push_back(r->name);
-  for (auto& k : keys) {
-    std::vector<std::string> vals;
-    for (auto& c : cfgs) vals.push_back(c.count(k) ? c[k] : "(absent)");
-    bool differs = std::any_of(vals.begin(), vals.end(), [&](const std::string& v) { return v != vals[0]; });
-    if (differs) {
+  for (auto& kv : config_key_values(configs)) {
+    if (kv.differs) {
       // The key in bold, and every value that differs from the first run's.
-      std::vector<std::string> line{"**" + k + "**"};
-      for (auto& v : vals) line.push_back(v == vals[0] ? v : "**" + v + "**");
+      std::vector<std::string> line{"**" + kv.key + "**"};
+      for (auto& v : kv.values) line.push_back(v == kv.values[0] ? v : "**" + v + "**");
       diff.push_back(line);
     } else {
-      same.push_back({k, vals[0]});
+      same.push_back({kv.key, kv.values[0]});
     }
   }
   md += "## Configuration differences\n\nSettings that differ between the runs; values unlike the first run's in bold.\n\n";

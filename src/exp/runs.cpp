@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "core/common.h"
 
@@ -194,6 +196,27 @@ static void flatten_rec(const nlohmann::json& j, const std::string& prefix,
 std::vector<std::pair<std::string, std::string>> flatten_json(const nlohmann::json& j) {
   std::vector<std::pair<std::string, std::string>> out;
   if (!j.is_null()) flatten_rec(j, "", out);
+  return out;
+}
+
+std::vector<ConfigKeyValues> config_key_values(const std::vector<nlohmann::json>& configs) {
+  std::vector<std::map<std::string, std::string>> flat;
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const auto& c : configs) {
+    flat.emplace_back();
+    for (auto& [k, v] : flatten_json(c)) {
+      flat.back()[k] = v;
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  std::vector<ConfigKeyValues> out;
+  for (const auto& k : keys) {
+    ConfigKeyValues kv{k, {}, false};
+    for (auto& f : flat) kv.values.push_back(f.count(k) ? f[k] : "(absent)");
+    kv.differs = std::any_of(kv.values.begin(), kv.values.end(), [&](const std::string& v) { return v != kv.values[0]; });
+    out.push_back(std::move(kv));
+  }
   return out;
 }
 

@@ -53,6 +53,14 @@ std::vector<RunData> load_runs(const std::string& root, std::vector<std::string>
 
 // Flattened config: {"model.n_layer": "8", "optim.matrix.lr": "0.02", ...} (values as JSON text).
 std::vector<std::pair<std::string, std::string>> flatten_json(const nlohmann::json& j);
+// Every flattened key of several configs (first-seen order), its value in each config ("(absent)"
+// where a config lacks it), and whether the values differ: what `compare` and the journal show.
+struct ConfigKeyValues {
+  std::string key;
+  std::vector<std::string> values;
+  bool differs = false;
+};
+std::vector<ConfigKeyValues> config_key_values(const std::vector<nlohmann::json>& configs);
 
 // Formatting shared by the exp commands: "51.2M", "1.3B", "12.5k", "-" for NaN.
 std::string fmt_si(double v, int digits = 1);

@@ -3,23 +3,16 @@
 // `clocklm train` would have produced.
 #include "exp/sweep.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "core/common.h"
+#include "exp/process.h"
 #include "exp/report.h"
 #include "exp/runinfo.h"
 #include "exp/runs.h"
-
-extern char** environ;
 
 namespace clm {
 
@@ -194,31 +187,6 @@ std::vector<std::string> sweep_train_args(const SweepSpec& s, const SweepRun& r,
   return a;
 }
 
-static std::string self_exe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) fail("cannot find the clocklm executable (/proc/self/exe: {}); pass --exe", ec.message());
-  return p.string();
-}
-
-// Runs exe with args, inheriting stdin/stdout/stderr; returns the exit status (128+signal if killed).
-static int spawn_wait(const std::string& exe, const std::vector<std::string>& args) {
-  std::vector<std::string> all{exe};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : all) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
-  if (rc != 0) fail("cannot start {}: {}", exe, std::strerror(rc));
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR) fail("waiting for {}: {}", exe, std::strerror(errno));
-  if (WIFEXITED(st)) return WEXITSTATUS(st);
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  return 255;
-}
-
 static std::string join_cmd(const std::string& exe, const std::vector<std::string>& args) {
   std::vector<std::string> all{exe};
   all.insert(all.end(), args.begin(), args.end());
@@ -255,7 +223,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& o, std::FILE* log) {
     std::fprintf(log, "  %s\n", rec["command"].get<std::string>().c_str());
     std::fflush(log);
     double t0 = now_seconds();
-    int rc = spawn_wait(exe, args);
+    int rc = run_process(exe, args);
     rec["wall_seconds"] = now_seconds() - t0;
     rec["exit_status"] = rc;
     rec["status"] = rc == 0 ? "done" : "failed";
