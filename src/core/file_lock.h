@@ -1,7 +1,8 @@
 // An exclusive, advisory lock on a folder that one process writes (a run, a prepared dataset), so
 // that a second process aiming at the same folder is refused with a clear message instead of
 // interleaving its files. The lock is flock(2) on a lock file: the kernel drops it when the process
-// exits in any way (kill -9 included), so a crashed run never leaves a stale lock behind.
+// exits in any way (kill -9 included), so a crashed run never leaves a stale lock behind (a file
+// may stay after kill -9, but nobody holds it). A normal release removes the file.
 #pragma once
 #include <string>
 
@@ -17,6 +18,7 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  std::string path_;
   int fd_ = -1;
 };
 
