@@ -84,7 +84,10 @@ TEST(TrainOverfit, AllAdamWReachesNearZeroLoss) {
 TEST(TrainCli, BudgetRunWritesRunDirectoryAndStopsWithinOneStep) {
   const std::string run = temp_run("budget"), bin = CLOCKLM_BINARY;
   const double budget = 3.0;
-  CmdResult r = run_cmd(bin + " train" + kTiny + " --set eval_every_seconds=1 --set warmdown_frac=0.5 --data " +
+  // One thread: on a loaded machine two spinning OpenMP threads can stretch a step past the whole
+  // budget, and the checks below need several steps.
+  CmdResult r = run_cmd(bin + " train" + kTiny +
+                        " --set train.threads=1 --set eval_every_seconds=1 --set warmdown_frac=0.5 --data " +
                         tiny_dataset() + " --budget 3s --out " + run);
   ASSERT_EQ(r.status, 0) << r.out;
   std::string last = last_line(r.out);
