@@ -65,6 +65,7 @@ class NcclComm final : public Comm {
   [[noreturn]] void abort(int code) override {
     ncclCommAbort(comm_);
     boot_.abort(code);
+    std::_Exit(code);  // not reached: the bootstrap's abort ends the process
   }
 
  private:
