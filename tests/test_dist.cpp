@@ -13,6 +13,9 @@
 #include "checkpoint/checkpoint.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#ifdef CLOCKLM_HAVE_NCCL
+#include "dist/comm_nccl.h"
+#endif
 #include "test_cli_util.h"
 #include "test_run_util.h"
 
@@ -91,6 +94,17 @@ TEST(Dist, LocalLaunchCommandLine) {
   EXPECT_NE(std::find(cmd.begin(), cmd.end(), "--oversubscribe"), cmd.end());
   EXPECT_EQ(cmd[cmd.size() - 3], "/x/clocklm");
   EXPECT_EQ(cmd.back(), "--quiet");
+}
+
+TEST(Dist, TransportsMatchTheBuild) {
+  auto t = available_transports();
+  EXPECT_EQ(t.front(), "single");
+  EXPECT_EQ(std::find(t.begin(), t.end(), "mpi") != t.end(), mpi_compiled());
+#ifdef CLOCKLM_HAVE_NCCL
+  // Taking its address links the NCCL transport (and libnccl) into this binary.
+  EXPECT_NE(&make_nccl_comm, nullptr);
+  EXPECT_NE(std::find(t.begin(), t.end(), "nccl"), t.end());
+#endif
 }
 
 TEST(DistTrain, TwoRanksEqualOneProcessWithTwoMicroBatches) {
