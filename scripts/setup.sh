@@ -8,6 +8,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev zlib1g-dev libpcre2-dev
       libgtest-dev libgmock-dev libbenchmark-dev
+      libopenmpi-dev openmpi-bin
       sentencepiece libsentencepiece-dev gnuplot-nox)
 # Text that Debian ships, used by `clocklm prepare --preset` (see docs/DATA.md).
 PKGS+=($(cat scripts/corpus-packages.txt 2>/dev/null || true))

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/common.h"
 #include "config/config.h"
+#include "dist/launch.h"
 #include "train/trainer.h"
 
 namespace clm {
@@ -82,6 +83,7 @@ void register_engine_commands(CLI::App& app) {
     auto* cmd = app.add_subcommand("train", "Train a model from scratch within a device-time budget");
     auto o = std::make_shared<TrainOptions>();
     auto budget = std::make_shared<std::string>();
+    auto nproc = std::make_shared<int>(1);
     cmd->add_option("--config", o->config, "Preset name or JSON config file (default with --resume: RUN/config.json)");
     cmd->add_option("--set", o->sets, "Override a config key: key=value (repeatable)");
     cmd->add_option("--data", o->data_dir, "Prepared dataset folder (from `clocklm prepare`)")->required();
@@ -94,11 +96,15 @@ void register_engine_commands(CLI::App& app) {
                     "Checkpoint and stop after this many steps of this session (to test or split a run)");
     cmd->add_flag("--quiet", o->quiet, "No live progress line");
     cmd->add_option("--device", o->device, "Backend: cpu | cuda[:N] | auto (the best present; default)");
-    cmd->callback([o, budget] {
+    cmd->add_option("--nproc", *nproc,
+                    "Data-parallel ranks on this host (started through mpirun; threads are divided among them)");
+    cmd->callback([o, budget, nproc] {
+      if (*nproc != 1) exec_local_ranks(*nproc, own_argv());
       TrainOptions opt = *o;
       if (!budget->empty()) opt.budget_seconds = parse_duration(*budget);
       opt.argv = own_argv();
       TrainResult r = train(opt);
+      if (r.rank != 0) return;  // rank 0 reports for the job
       if (r.finished) {
         std::printf("val_bpb %.6f\n", r.val_bpb);
       } else {

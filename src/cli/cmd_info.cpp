@@ -1,9 +1,10 @@
-// `clocklm info`: version, CPU threads, and CUDA devices (or why there are none).
+// `clocklm info`: version, CPU threads, transports between ranks, and CUDA devices (or why there are none).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "core/common.h"
 #include "backend/cuda/device.h"
+#include "dist/comm.h"
 
 namespace clm {
 
@@ -12,6 +13,9 @@ void register_info_commands(CLI::App& app) {
   cmd->callback([] {
     std::printf("clocklm %s\n", CLOCKLM_VERSION);
     std::printf("cpu threads: %d\n", default_threads());
+    std::string transports;
+    for (const std::string& t : available_transports()) transports += (transports.empty() ? "" : ", ") + t;
+    std::printf("transports between ranks: %s\n", transports.c_str());
     std::printf("cuda backend compiled: %s\n", cuda_compiled() ? "yes" : "no");
     auto devs = cuda_devices();
     if (devs.empty()) std::printf("cuda devices: none (%s)\n", cuda_unavailable_reason().c_str());

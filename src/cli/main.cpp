@@ -1,11 +1,35 @@
 // clocklm entry point: builds the CLI11 app from every area's subcommands and turns user errors
-// into one line on stderr and a non-zero exit.
+// into one line on stderr and a non-zero exit. In a job of several ranks, an error that every rank
+// reaches together (CollectiveError) is printed by rank 0 and each rank exits in order; any other
+// error names its rank and aborts the job, so no rank waits for one that has gone.
 #include <csignal>
 #include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "dist/comm.h"
+
+namespace {
+
+int report_error(const std::exception& e, bool collective) {
+  if (!clm::world_comm_active()) {
+    std::fprintf(stderr, "clocklm: error: %s\n", e.what());
+    return 1;
+  }
+  clm::Comm& comm = clm::world_comm();
+  if (collective) {
+    if (comm.rank() == 0) std::fprintf(stderr, "clocklm: error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "clocklm: error: rank %d of %d: %s (ending the other ranks)\n", comm.rank(), comm.world(),
+               e.what());
+  std::fflush(stderr);
+  comm.abort(1);
+  return 1;  // not reached: abort() ends the process
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
@@ -26,12 +50,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const clm::Error& e) {
-    std::fprintf(stderr, "clocklm: error: %s\n", e.what());
-    return 1;
+  } catch (const clm::CollectiveError& e) {
+    return report_error(e, true);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "clocklm: error: %s\n", e.what());
-    return 1;
+    return report_error(e, false);
   }
   return 0;
 }

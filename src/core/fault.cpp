@@ -35,13 +35,21 @@ std::vector<Fault>& faults() {
       std::string item = s.substr(p, comma - p);
       p = comma + 1;
       if (item.empty()) continue;
+      // "@r": only on rank r (the launcher's environment names the rank).
+      if (size_t at = item.rfind('@'); at != std::string::npos) {
+        const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+        const std::string want = item.substr(at + 1);
+        item = item.substr(0, at);
+        if ((r ? std::string(r) : std::string("0")) != want) continue;
+      }
       Fault f;
       size_t c1 = item.find(':'), c2 = item.rfind(':');
       f.kind = item.substr(0, c1);
       if (f.kind == "kill-in-write" && c1 != c2) {
         f.pattern = item.substr(c1 + 1, c2 - c1 - 1);
         f.at = std::atol(item.c_str() + c2 + 1);
-      } else if (f.kind == "nan-loss" && c1 != std::string::npos) {
+      } else if ((f.kind == "nan-loss" || f.kind == "kill-at-step" || f.kind == "signal-at-step") &&
+                 c1 != std::string::npos) {
         f.at = std::atol(item.c_str() + c1 + 1);
       } else {
         // A test that misspells its fault would silently test nothing.
@@ -60,6 +68,13 @@ void fault_point_write(std::string_view path) {
   for (Fault& f : faults()) {
     if (f.kind != "kill-in-write" || path.find(f.pattern) == std::string_view::npos) continue;
     if (++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+  }
+}
+
+void fault_point_step() {
+  for (Fault& f : faults()) {
+    if (f.kind == "kill-at-step" && ++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+    if (f.kind == "signal-at-step" && ++f.seen == f.at) ::kill(::getpid(), SIGTERM);
   }
 }
 

@@ -2,8 +2,10 @@
 // cut once, at construction, into rows of T+1 tokens that all start with BOS (a row that begins
 // inside a document gets a BOS in front of its T tokens). Rows are fixed for a given T, so an epoch
 // is just an order of rows: file order for validation, a seeded permutation per epoch for training.
-// Rank r takes every world-th row of the endless sequence epoch 0, epoch 1, ...; the position is a
-// single row counter, which makes checkpoints trivial and resumption exact.
+// The endless sequence epoch 0, epoch 1, ... is dealt to ranks in blocks of B rows (block i to rank
+// i mod world), so one optimizer step of `world` ranks with one micro-batch each reads exactly the
+// rows that one process reads with `world` micro-batches; the position is a single row counter,
+// which makes checkpoints trivial and resumption exact.
 #include "data/loader.h"
 
 #include <algorithm>
@@ -101,7 +103,8 @@ struct LoaderImpl {
   // The k-th row of this rank: index into row_start, or -1 past the end (loop=false).
   int64_t row_for(uint64_t k) {
     const uint64_t R = row_start.size();
-    uint64_t j = k * uint64_t(opt.world) + uint64_t(opt.rank);
+    const uint64_t B = uint64_t(opt.B);
+    uint64_t j = ((k / B) * uint64_t(opt.world) + uint64_t(opt.rank)) * B + k % B;
     uint64_t epoch = j / R, i = j % R;
     if (!opt.loop && epoch > 0) return -1;
     return opt.shuffle ? int64_t(perm(epoch)[i]) : int64_t(i);

@@ -1,6 +1,6 @@
 // The training/eval data loader: memory-maps shards and yields B rows of T+1 tokens, every row
 // starting at a BOS; deterministic per seed and epoch; rank-sharded; resumable; prefetching.
-// Owned by issue 3; see docs/DATA.md for packing rules.
+// See docs/DATA.md for packing rules.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -16,7 +16,7 @@ struct LoaderOptions {
   std::string split = "train";  // "train" or "val"
   int B = 1, T = 1024;
   uint64_t seed = 1337;
-  int rank = 0, world = 1;    // data parallelism: each rank sees a disjoint part
+  int rank = 0, world = 1;    // data parallelism: rank r reads blocks r, r+world, ... of B rows
   bool shuffle = true;        // false for validation: rows in file order, no epochs of shuffling
   bool loop = true;           // false: next() returns false once the split is exhausted
   bool prefetch = true;       // background thread fills the next batch

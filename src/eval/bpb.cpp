@@ -7,6 +7,7 @@
 
 #include "core/common.h"
 #include "core/progress.h"
+#include "dist/comm.h"
 
 namespace clm {
 
@@ -50,7 +51,7 @@ void bpb_finalize(BpbResult& r) {
 }
 
 BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
-                   int64_t val_tokens, int B, int T, std::FILE* progress) {
+                   int64_t val_tokens, int B, int T, std::FILE* progress, Comm* comm) {
   if (val_tokens <= 0) fail("bpb: val_tokens must be positive (got {})", val_tokens);
   if (B <= 0 || T <= 0) fail("bpb: bad batch shape B={} T={}", B, T);
   double t0 = now_seconds();
@@ -62,21 +63,48 @@ BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std
   int64_t visited = 0;
   std::unique_ptr<Progress> bar;
   if (progress) bar = std::make_unique<Progress>("bpb", double(val_tokens), progress);
-  while (visited < val_tokens) {
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  std::vector<double> parts;  // with several ranks: nats, tokens, bytes, positions of each batch
+  for (int64_t batch = 0; visited < val_tokens; ++batch) {
     // A split shorter than val_tokens is scored whole: the result is exact over all of it, and
     // `positions` < `val_tokens` in the result says so.
     if (!next(inputs.data(), targets.data())) break;
     int64_t want = std::min<int64_t>((int64_t)B * T, val_tokens - visited);
     int rows = (int)((want + T - 1) / T);  // only the rows that hold counted positions are scored
     for (int64_t i = want; i < (int64_t)rows * T; i++) targets[i] = -1;
-    score(inputs.data(), targets.data(), rows, T, loss.data());
-    bpb_accumulate(r, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
     visited += want;
+    if (world > 1) {
+      parts.resize(parts.size() + 4, 0.0);
+      if (batch % world != rank) continue;
+      BpbResult b;
+      double* p = parts.data() + parts.size() - 4;
+      try {
+        score(inputs.data(), targets.data(), rows, T, loss.data());
+        bpb_accumulate(b, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
+      } catch (const Error&) {
+        // A non-finite loss on one rank must fail every rank, after the exchange below.
+        b.nats = NAN;
+      }
+      p[0] = b.nats, p[1] = double(b.tokens), p[2] = double(b.bytes), p[3] = double(b.positions);
+    } else {
+      score(inputs.data(), targets.data(), rows, T, loss.data());
+      bpb_accumulate(r, targets.data(), loss.data(), (int64_t)rows * T, token_bytes);
+    }
     if (bar) {
       double dt = now_seconds() - t0;
       bar->update(double(visited), fmt::format("{} of {} tokens | {:.0f} tok/s", visited, val_tokens,
                                                dt > 0 ? double(visited) / dt : 0.0));
     }
+  }
+  if (world > 1) {
+    comm->all_reduce(parts.data(), int64_t(parts.size()), ReduceOp::Sum);
+    for (size_t i = 0; i < parts.size(); i += 4) {
+      r.nats += parts[i];
+      r.tokens += int64_t(parts[i + 1]);
+      r.bytes += int64_t(parts[i + 2]);
+      r.positions += int64_t(parts[i + 3]);
+    }
+    if (!std::isfinite(r.nats)) throw NonFiniteError("bpb: the validation loss is not finite on some rank");
   }
   // positions counts non-negative targets: it equals visited unless a source padded its last batch.
   bpb_finalize(r);

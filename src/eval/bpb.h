@@ -1,5 +1,6 @@
 // Validation bits per byte, exactly as defined in docs/EVAL.md: sum of target cross-entropy (nats)
-// over ln2 * sum of target byte lengths, BOS targets excluded from both. Owned by issue 4.
+// over ln2 * sum of target byte lengths, BOS targets excluded from both. With several ranks the
+// batches are split among them and the result is bit-identical to one process's.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@ namespace clm {
 
 struct GPT;
 struct Dataset;
+class Comm;
 
 // The definition, recorded next to every bpb number (summary.json, eval --json).
 extern const char* const kBpbDefinition;
@@ -32,11 +34,13 @@ struct BpbResult {
 // Evaluate on the first `val_tokens` target positions of the dataset's val split, rows built
 // exactly as the training loader builds them (no shuffle), B rows of T per forward.
 // progress: where a progress line goes (tokens scored, tokens/s, ETA); null = silent.
+// comm: with several ranks, batch i is scored by rank i mod world and the partial sums are
+// combined exactly (see the loop below); every rank must call it and gets the same result.
 BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T,
-                   std::FILE* progress = nullptr);
+                   std::FILE* progress = nullptr, Comm* comm = nullptr);
 // The same on an already opened dataset (the training loop keeps one open).
 BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T,
-                   std::FILE* progress = nullptr);
+                   std::FILE* progress = nullptr, Comm* comm = nullptr);
 
 // ---- the model-independent parts (tested with stubs) ----------------------------------------
 // Adds n target positions: targets < 0 are skipped (not positions), special tokens (byte length 0,
@@ -50,8 +54,12 @@ using BpbBatchSource = std::function<bool(int32_t* inputs, int32_t* targets)>;
 // Computes per-position losses (nats) for B rows of T (GPT::forward's token_loss contract).
 using BpbScorer = std::function<void(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss)>;
 // The evaluation loop: takes batches in order, counts exactly the first val_tokens target positions
-// (row-major; the last batch is cut, and only its needed rows are scored) and accumulates.
+// (row-major; the last batch is cut, and only its needed rows are scored) and accumulates. With a
+// communicator of several ranks, every rank reads every batch but scores only its own (batch i on
+// rank i mod world); the per-batch sums are then exchanged (each has exactly one non-zero
+// contributor, so the all-reduce adds zeros only) and added in batch order, as one process adds
+// them, so the result is bit-identical to a single process's.
 BpbResult eval_bpb(const BpbBatchSource& next, const BpbScorer& score, const std::vector<uint32_t>& token_bytes,
-                   int64_t val_tokens, int B, int T, std::FILE* progress = nullptr);
+                   int64_t val_tokens, int B, int T, std::FILE* progress = nullptr, Comm* comm = nullptr);
 
 }  // namespace clm

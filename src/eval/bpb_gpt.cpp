@@ -12,11 +12,12 @@
 namespace clm {
 
 BpbResult eval_bpb(GPT& model, const std::string& data_dir, int64_t val_tokens, int B, int T,
-                   std::FILE* progress) {
-  return eval_bpb(model, Dataset::open(data_dir), val_tokens, B, T, progress);
+                   std::FILE* progress, Comm* comm) {
+  return eval_bpb(model, Dataset::open(data_dir), val_tokens, B, T, progress, comm);
 }
 
-BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T, std::FILE* progress) {
+BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int T, std::FILE* progress,
+                   Comm* comm) {
   if (ds.val_shards.empty()) fail("bpb: dataset {} has no val shards", ds.dir);
   if ((int64_t)ds.tokenizer.vocab_size() > (int64_t)model.config().vocab_size)
     fail("bpb: the dataset's tokenizer has {} ids but the model's vocabulary is only {}", ds.tokenizer.vocab_size(),
@@ -56,7 +57,7 @@ BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int
                   [&](const int32_t* in, const int32_t* tg, int b, int t, float* loss) {
                     model.forward(in, tg, b, t, loss, nullptr);
                   },
-                  ds.tokenizer.token_bytes(), val_tokens, B, T, progress);
+                  ds.tokenizer.token_bytes(), val_tokens, B, T, progress, comm);
 }
 
 }  // namespace clm

@@ -79,6 +79,7 @@ struct GPTImpl {
   std::vector<Param> params;
   int64_t nparams = 0;
   DeviceBuffer P, G, Wb;  // params, grads (fp32) and the bf16 mirror of the params
+  DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
   std::vector<LayerOff> loff;
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
 
@@ -796,6 +797,12 @@ void GPT::cached_score(const KVCache& cache, const int32_t* targets, float* loss
 }
 
 std::vector<Param>& GPT::params() { return impl->params; }
+float* GPT::grad_buffer() { return impl->G.as<float>(); }
+int64_t GPT::grad_floats() const { return impl->nparams; }
+float* GPT::grad_accumulator() {
+  if (!impl->G_acc.as<float>()) impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);
+  return impl->G_acc.as<float>();
+}
 int64_t GPT::num_params() const {
   int64_t n = 0;
   for (auto& p : impl->params) n += p.numel();

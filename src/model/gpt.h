@@ -104,6 +104,12 @@ struct GPT {
   void cached_score(const KVCache& cache, const int32_t* targets, float* loss, int32_t* argmax);
 
   std::vector<Param>& params();
+  // The one gradient allocation every Param::grad points into (grad_floats() floats), reduced
+  // whole across ranks; and a second one of the same size, allocated at first use, where
+  // train_step sums the gradients of its micro-batches.
+  float* grad_buffer();
+  int64_t grad_floats() const;
+  float* grad_accumulator();
   int64_t num_params() const;
   double flops_per_token(int T) const;  // training FLOPs (fwd+bwd) per token incl. attention
   const ModelConfig& config() const;

@@ -5,6 +5,13 @@
 // the optimizer only. Before each step the BudgetClock predicts whether it still fits; schedules are
 // evaluated at the fraction of the budget used when the step starts. Evaluation and checkpointing
 // happen between steps, off the clock.
+//
+// With several ranks (mpirun, --nproc) every rank runs this loop on its own rows of each global
+// batch; train_step averages the gradients. Every decision that ends or shapes the loop is taken
+// together: the step time is the slowest rank's (so the budget clocks agree to the bit), a stop
+// signal seen by any rank stops all at the same step, a non-finite loss on any rank fails all, and
+// evaluations are split over the ranks. Only rank 0 touches the run folder (lock, logs,
+// checkpoints, summary); the others send it their loader positions for each checkpoint.
 #include "train/trainer.h"
 
 #include <omp.h>
@@ -13,10 +20,13 @@
 #include <cmath>
 #include <cstdio>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "core/common.h"
+#include "core/fault.h"
 #include "core/file_lock.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -25,6 +35,7 @@
 #include "exp/profile_report.h"
 #include "core/profiler.h"
 #include "core/progress.h"
+#include "dist/comm.h"
 #include "exp/roofline.h"
 #include "exp/runinfo.h"
 #include "config/config.h"
@@ -42,21 +53,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Set by SIGINT/SIGTERM: the loop finishes its step, checkpoints and exits (the one piece of global
-// state, as a signal handler can only reach globals).
+// Set by SIGINT/SIGTERM/SIGUSR1: the loop finishes its step, checkpoints and exits (the one piece
+// of global state, as a signal handler can only reach globals). SIGUSR1 is there for jobs under
+// mpirun, which forwards it to every rank, whereas its SIGTERM kills the ranks a second later.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int) { g_stop_signal = 1; }
 
 struct SignalGuard {
-  void (*old_int)(int), (*old_term)(int);
+  void (*old_int)(int), (*old_term)(int), (*old_usr1)(int);
   SignalGuard() {
     g_stop_signal = 0;
     old_int = std::signal(SIGINT, on_stop_signal);
     old_term = std::signal(SIGTERM, on_stop_signal);
+    old_usr1 = std::signal(SIGUSR1, on_stop_signal);
   }
   ~SignalGuard() {
     std::signal(SIGINT, old_int);
     std::signal(SIGTERM, old_term);
+    std::signal(SIGUSR1, old_usr1);
   }
 };
 
@@ -129,6 +143,14 @@ std::vector<std::string> tidy_checkpoints(const std::string& run_dir, int64_t re
   return kept;
 }
 
+// Threads per rank: the configured count, else the environment's (CLOCKLM_THREADS, OMP_NUM_THREADS,
+// taken as per process), else this host's cores divided among the ranks on it.
+int rank_threads(const TrainConfig& tc, const Comm& comm) {
+  if (tc.threads > 0) return tc.threads;
+  if (std::getenv("CLOCKLM_THREADS") || std::getenv("OMP_NUM_THREADS")) return default_threads();
+  return std::max(1, default_threads() / std::max(1, comm.local_world()));
+}
+
 }  // namespace
 
 TrainResult train(const TrainOptions& o) {
@@ -141,8 +163,15 @@ TrainResult train(const TrainOptions& o) {
   // --resume on a run killed before its first checkpoint starts it over: nothing was saved, so
   // nothing is lost, and the user's command works the same whenever the run died.
   const bool resume_asked = !o.resume_dir.empty();
-  const bool resuming =
-      resume_asked && path_exists((fs::path(run_dir) / "checkpoints" / "latest").string());
+  Comm& comm = world_comm();
+  const int rank = comm.rank(), world = comm.world();
+  const bool lead = rank == 0;  // the one rank that writes the run folder and prints progress
+  const bool quiet = o.quiet || !lead;
+  // Rank 0's view of the folder decides (other hosts may not share it until the checkpoint is read).
+  char resuming_flag =
+      resume_asked && path_exists((fs::path(run_dir) / "checkpoints" / "latest").string()) ? 1 : 0;
+  comm.broadcast(&resuming_flag, 1, 0);
+  const bool resuming = resuming_flag != 0;
 
   RunConfig cfg = resolve_config(o, run_dir);
   DatasetInfo info = read_dataset_info(o.data_dir);
@@ -158,28 +187,37 @@ TrainResult train(const TrainOptions& o) {
          cfg.model.vocab_size, info.vocab_size, o.data_dir);
   validate(cfg);
   const TrainConfig& tc = cfg.train;
-  const int threads = tc.threads > 0 ? tc.threads : default_threads();
+  const int threads = rank_threads(tc, comm);
   omp_set_num_threads(threads);
+  const int64_t rank_tokens = int64_t(tc.micro_batch) * cfg.model.seq_len * world;
+  if (tc.batch_tokens % rank_tokens != 0)
+    fail("train.batch_tokens ({}) must be a multiple of train.micro_batch * model.seq_len * ranks ({} x {} x {})",
+         tc.batch_tokens, tc.micro_batch, cfg.model.seq_len, world);
 
-  // ---- run directory ----
-  if (!resume_asked && path_exists((fs::path(run_dir) / "metrics.jsonl").string()))
-    fail("{} already holds a run (metrics.jsonl); use --resume {} to continue it or choose another --out", run_dir,
-         run_dir);
-  make_dirs(run_dir);
-  const FileLock run_lock((fs::path(run_dir) / ".lock").string(), "run folder " + run_dir);
-  make_dirs((fs::path(run_dir) / "checkpoints").string());
+  // ---- run directory (rank 0 only) ----
+  std::optional<FileLock> run_lock;
   const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
-  if (resume_asked && !resuming && !o.quiet)
+  if (lead) {
+    if (!resume_asked && path_exists((fs::path(run_dir) / "metrics.jsonl").string()))
+      fail("{} already holds a run (metrics.jsonl); use --resume {} to continue it or choose another --out", run_dir,
+           run_dir);
+    make_dirs(run_dir);
+    run_lock.emplace((fs::path(run_dir) / ".lock").string(), "run folder " + run_dir);
+    make_dirs(ckpt_dir);
+  }
+  if (resume_asked && !resuming && !quiet)
     std::fprintf(stderr, "train: %s has no checkpoint yet; starting the run from step 0\n", run_dir.c_str());
 
   // ---- model, optimizer, data ----
   const int B = tc.micro_batch, T = cfg.model.seq_len;
   const int eval_B = tc.eval_batch > 0 ? tc.eval_batch : B;
   std::shared_ptr<Backend> device = make_backend(o.device);
-  // The optimizer's state is at most two fp32 moments per parameter (AdamW; Muon keeps one).
+  // The optimizer's state is at most two fp32 moments per parameter (AdamW; Muon keeps one);
+  // several micro-batches per rank add one gradient-sized sum (train_step).
+  const size_t extra_per_param = tc.batch_tokens > rank_tokens ? 12 : 8;
   check_fits_memory(*device,
                     GPT::memory_need(cfg.model, std::max(B, eval_B), T, *device) +
-                        size_t(count_params(cfg.model).total()) * 8,
+                        size_t(count_params(cfg.model).total()) * extra_per_param,
                     fmt::format("training {} (micro-batch {} x seq_len {})", cfg.name, B, T));
   GPT model(cfg.model, std::max(B, eval_B), T, *device);
   model.init_weights(tc.seed);
@@ -190,10 +228,12 @@ TrainResult train(const TrainOptions& o) {
   lo.B = B;
   lo.T = T;
   lo.seed = tc.seed;
+  lo.rank = rank;
+  lo.world = world;
   DataLoader loader(lo);
   Rng rng(tc.seed ^ 0x7261696eULL);  // reserved for stochastic training features; checkpointed
 
-  const int64_t accum = tc.batch_tokens / (int64_t(B) * T);
+  const int64_t accum = tc.batch_tokens / rank_tokens;  // micro-batches per rank per step
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
   const double peak_flops = cached_peak_flops(threads);
@@ -212,34 +252,42 @@ TrainResult train(const TrainOptions& o) {
     if (!tok_hash.empty() && tok_hash != info.tokenizer_hash)
       fail("{} was trained on data with tokenizer {}, but {} has tokenizer {}", run_dir, tok_hash, o.data_dir,
            info.tokenizer_hash);
+    const int saved_world = st.value("world", 1);
+    if (saved_world != world)
+      fail("{} was written by a run of {} rank(s) and this job has {}; resume with the same number of ranks "
+           "(mpirun -n {} or --nproc {}), as each rank continues from its own data position",
+           path, saved_world, world, saved_world, saved_world);
     step = st.at("step").get<int64_t>();
     tokens = st.at("tokens").get<int64_t>();
     clock.used = st.at("budget_used").get<double>();
     clock.recent = st.value("recent_step_seconds", std::vector<double>{});
-    loader.restore(st.at("loader"));
+    loader.restore(st.contains("loaders") ? st.at("loaders").at(size_t(rank)) : st.at("loader"));
     auto rs = st.at("rng").get<std::vector<uint64_t>>();
     for (int i = 0; i < 4; ++i) rng.s[i] = rs.at(size_t(i));
     next_eval_at = st.value("next_eval_at", next_eval_at);
     next_ckpt_at = st.value("next_ckpt_at", next_ckpt_at);
     last_val = st.value("last_val", nlohmann::json());
-    kept_ckpts = tidy_checkpoints(run_dir, step);
-    if (!o.quiet)
+    if (lead) kept_ckpts = tidy_checkpoints(run_dir, step);
+    if (!quiet)
       std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(), (long long)step,
                  clock.used);
   }
-  write_json_file((fs::path(run_dir) / "config.json").string(), to_json(cfg));
-  {
+  if (lead) write_json_file((fs::path(run_dir) / "config.json").string(), to_json(cfg));
+  if (lead) {
     nlohmann::json rec = run_record(o.argv);
     rec["dataset"] = {{"dir", fs::absolute(o.data_dir).string()}, {"tokenizer_hash", info.tokenizer_hash},
                       {"vocab_size", info.vocab_size}};
     rec["threads"] = threads;
+    rec["ranks"] = world;
+    rec["transport"] = comm.name();
     rec["device"] = device->description();
     rec["matmul_precision"] = prec_name(model.matmul_precision());
     rec["resumed_from_step"] = resuming ? nlohmann::json(step) : nlohmann::json(nullptr);
     std::string name = resuming ? fmt::format("run.resume-{}.json", step) : "run.json";
     write_json_file((fs::path(run_dir) / name).string(), rec);
   }
-  MetricsLog metrics((fs::path(run_dir) / "metrics.jsonl").string(), resuming ? step : -1);
+  std::unique_ptr<MetricsLog> metrics;
+  if (lead) metrics = std::make_unique<MetricsLog>((fs::path(run_dir) / "metrics.jsonl").string(), resuming ? step : -1);
 
   const bool det = tc.max_steps > 0;  // deterministic mode: schedules over steps
   auto fraction = [&] { return det ? double(step) / double(tc.max_steps) : clock.fraction(); };
@@ -248,13 +296,20 @@ TrainResult train(const TrainOptions& o) {
   // is no periodic evaluation or checkpoint.
   auto position = [&] { return det ? fraction() * std::max(0.0, clock.budget) : clock.used; };
 
+  // Collective: every rank hands rank 0 its loader position; rank 0 writes the file.
   auto checkpoint = [&](const char* why) {
+    const std::vector<std::string> states = comm.all_gather_strings(loader.state().dump());
+    if (!lead) return;
+    nlohmann::json loaders = nlohmann::json::array();
+    for (const std::string& s : states) loaders.push_back(nlohmann::json::parse(s));
     nlohmann::json st = {{"step", step},
                          {"tokens", tokens},
                          {"budget_used", clock.used},
                          {"budget_seconds", clock.budget},
                          {"recent_step_seconds", clock.recent},
-                         {"loader", loader.state()},
+                         {"loader", loaders.at(0)},
+                         {"loaders", loaders},
+                         {"world", world},
                          {"rng", std::vector<uint64_t>(rng.s, rng.s + 4)},
                          {"next_eval_at", next_eval_at},
                          {"next_ckpt_at", next_ckpt_at},
@@ -275,11 +330,12 @@ TrainResult train(const TrainOptions& o) {
   auto evaluate = [&](int64_t n_tokens, bool progress_evals) {
     model.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
     try {
-      return eval_bpb(model, dataset, n_tokens, eval_B, T, progress_evals ? stderr : nullptr);
+      return eval_bpb(model, dataset, n_tokens, eval_B, T, progress_evals && !quiet ? stderr : nullptr, &comm);
     } catch (const NonFiniteError&) {
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
                                             : "last good checkpoint kept: " + kept_ckpts.back();
-      fail("training diverged: validation loss is not finite after step {}; {}", step, keep);
+      throw CollectiveError(
+          fmt::format("training diverged: validation loss is not finite after step {}; {}", step, keep));
     }
   };
 
@@ -289,7 +345,7 @@ TrainResult train(const TrainOptions& o) {
   double prof_seconds = 0;
 
   std::unique_ptr<Progress> progress;
-  if (!o.quiet) progress = std::make_unique<Progress>("train", det ? double(tc.max_steps) : clock.budget, stderr);
+  if (!quiet) progress = std::make_unique<Progress>("train", det ? double(tc.max_steps) : clock.budget, stderr);
   SignalGuard signals;
 
   std::vector<int32_t> inputs(size_t(accum) * B * T), targets(size_t(accum) * B * T);
@@ -315,7 +371,10 @@ TrainResult train(const TrainOptions& o) {
   double last_loss = NAN;
   bool stopped_early = false;
   std::string stop_reason = det ? "max_steps" : "budget";
-  if (!o.quiet)
+  // A stop signal counts once any rank has seen it; ranks learn it together after each step.
+  bool stop_requested = comm.any(g_stop_signal != 0);
+  CommStats comm_total;
+  if (!quiet)
     std::fprintf(stderr, "train: %s, %s params, %lld tokens/step (%lld x %d x %d), %s, budget %.0fs%s\n",
                cfg.name.c_str(), human(double(n_params)).c_str(), (long long)tc.batch_tokens, (long long)accum, B, T,
                cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : "AdamW", clock.budget,
@@ -332,7 +391,7 @@ TrainResult train(const TrainOptions& o) {
       stop_reason = "stop_after_steps";
       break;
     }
-    if (g_stop_signal) {
+    if (stop_requested || (world == 1 && g_stop_signal)) {
       stopped_early = true;
       stop_reason = "signal";
       break;
@@ -346,18 +405,29 @@ TrainResult train(const TrainOptions& o) {
 
     for (int64_t a = 0; a < accum; ++a)
       loader.next(inputs.data() + a * B * T, targets.data() + a * B * T);
+    fault_point_step();
 
     // ---- the timed step ----
     StepResult sr;
     const double t_begin = now_seconds();
     try {
-      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, B, T, sv);
+      StepOptions so;
+      so.comm = &comm;
+      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, B, T, sv, so);
     } catch (const NonFiniteError& e) {
+      // With several ranks train_step throws on every rank at once, so this is collective.
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
                                             : "last good checkpoint kept: " + kept_ckpts.back();
-      fail("training diverged: {} at step {}; {}", e.what(), step, keep);
+      throw CollectiveError(fmt::format("training diverged: {} at step {}; {}", e.what(), step, keep));
     }
-    const double dt = sr.seconds;
+    // The slowest rank's step time, and whether any rank was asked to stop: one all-reduce, after
+    // which every rank holds the same clock and the same decision.
+    double shared[2] = {sr.seconds, g_stop_signal ? 1.0 : 0.0};
+    if (world > 1) comm.all_reduce(shared, 2, ReduceOp::Max);
+    stop_requested = shared[1] > 0;
+    const double dt = shared[0];
+    comm_total.seconds += sr.comm_seconds;
+    comm_total.bytes += sr.comm_bytes;
     const float grad_norm = sr.grad_norm;
     // ------------------------
     clock.add_step(dt);
@@ -383,6 +453,10 @@ TrainResult train(const TrainOptions& o) {
                           {"tokens_per_second", tps},
                           {"model_flops_per_second", tps * flops_per_token}};
     if (peak_flops > 0) row["mfu"] = tps * flops_per_token / peak_flops;
+    if (world > 1) {
+      row["comm_seconds"] = sr.comm_seconds;
+      row["comm_bytes"] = sr.comm_bytes;
+    }
     bool log_row = step % tc.log_every == 0;
 
     // Periodic validation, off the clock (the final one happens after the loop).
@@ -402,7 +476,7 @@ TrainResult train(const TrainOptions& o) {
                                       r.bpb, r.tokens));
       log_row = true;
     }
-    if (log_row) metrics.append(row);
+    if (log_row && metrics) metrics->append(row);
 
     const double mflops = tps * flops_per_token;
     std::string mfu = peak_flops > 0 ? fmt::format("MFU {:.0f}%", 100.0 * mflops / peak_flops)
@@ -416,7 +490,7 @@ TrainResult train(const TrainOptions& o) {
     if (profiling && step == prof_first + prof_steps) {
       model.set_profiler(nullptr);
       opt.set_profiler(nullptr);
-      write_profile_files(prof, (fs::path(run_dir) / "profile").string(), prof_seconds, int(prof_steps));
+      if (lead) write_profile_files(prof, (fs::path(run_dir) / "profile").string(), prof_seconds, int(prof_steps));
     }
     if (tc.checkpoint_every_seconds > 0 && pos > 0 && pos >= next_ckpt_at) {
       while (next_ckpt_at <= pos) next_ckpt_at += tc.checkpoint_every_seconds;
@@ -430,11 +504,14 @@ TrainResult train(const TrainOptions& o) {
   res.steps = step;
   res.tokens = tokens;
   res.device_seconds = clock.used;
+  res.rank = rank;
   checkpoint(stopped_early ? "stopped" : "final");
   if (stopped_early) {
     if (progress)
       progress->finish(fmt::format("stopped at step {} ({}); resume with --resume {}", step, stop_reason, run_dir));
-    if (stop_reason == "signal") fail("interrupted at step {}; checkpoint saved, resume with --resume {}", step, run_dir);
+    if (stop_reason == "signal")
+      throw CollectiveError(
+          fmt::format("interrupted at step {}; checkpoint saved, resume with --resume {}", step, run_dir));
     res.finished = false;
     return res;
   }
@@ -443,10 +520,13 @@ TrainResult train(const TrainOptions& o) {
                               clock.budget));
 
   // ---- final evaluation and summary ----
-  BpbResult final_val = evaluate(tc.val_tokens, !o.quiet);
+  BpbResult final_val = evaluate(tc.val_tokens, !quiet);
+  res.val_bpb = final_val.bpb;
+  res.finished = true;
+  if (!lead) return res;  // rank 0 alone writes the summary and scores CORE
   nlohmann::json vrow = {{"step", step},          {"tokens", tokens},       {"device_seconds", clock.used},
                          {"val_bpb", final_val.bpb}, {"val_tokens", final_val.tokens}, {"final", true}};
-  metrics.append(vrow);
+  metrics->append(vrow);
   nlohmann::json summary = {
       {"config", cfg.name},
       {"val_bpb", final_val.bpb},
@@ -462,6 +542,10 @@ TrainResult train(const TrainOptions& o) {
       {"model_flops_per_second", clock.used > 0 ? double(tokens) * flops_per_token / clock.used : 0.0},
       {"final_loss", last_loss},
       {"threads", threads},
+      {"ranks", world},
+      {"transport", comm.name()},
+      {"comm_seconds", comm_total.seconds},
+      {"comm_bytes", comm_total.bytes},
       {"device", device->description()},
       {"matmul_precision", prec_name(model.matmul_precision())},
       {"wall_seconds", now_seconds() - t_start},
@@ -469,12 +553,10 @@ TrainResult train(const TrainOptions& o) {
   if (!o.core_bundle.empty()) {
     CoreOptions co;
     co.bundle = o.core_bundle;
-    co.progress = !o.quiet;
+    co.progress = !quiet;
     summary["core"] = eval_core(model, dataset.tokenizer, co);
   }
   write_json_file((fs::path(run_dir) / "summary.json").string(), summary);
-  res.finished = true;
-  res.val_bpb = final_val.bpb;
   res.summary = summary;
   return res;
 }

@@ -29,6 +29,7 @@ struct TrainResult {
   bool finished = false;   // false when stopped early by stop_after_steps (no final eval)
   double val_bpb = 0;
   int64_t steps = 0, tokens = 0;
+  int rank = 0;            // this process's rank (only rank 0 prints the result)
   double device_seconds = 0;
   nlohmann::json summary;
 };

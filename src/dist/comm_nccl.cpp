@@ -1,0 +1,94 @@
+// The NCCL communicator (see comm_nccl.h). Every collective runs on the communicator's own CUDA
+// stream and is waited for before returning, so callers see the same blocking semantics as MPI;
+// overlapping it with the backward pass is the backend's business once the CUDA backend has
+// kernels. On a failure that only this rank sees, abort() tears NCCL down and ends the job through
+// the bootstrap communicator (MPI_Abort), so no peer waits in a collective.
+#include "dist/comm_nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+
+namespace clm {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("nccl: {}: {}", what, cudaGetErrorString(e));
+}
+
+void check_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) fail("nccl: {}: {}", what, ncclGetErrorString(r));
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(Comm& bootstrap, int device) : boot_(bootstrap) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    ncclUniqueId id;
+    if (boot_.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    boot_.broadcast(&id, sizeof id, 0);
+    check_nccl(ncclCommInitRank(&comm_, boot_.world(), id, boot_.rank()), "ncclCommInitRank");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaMalloc(&scratch_, 16), "cudaMalloc");
+  }
+  ~NcclComm() override {
+    cudaFree(scratch_);
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return boot_.rank(); }
+  int world() const override { return boot_.world(); }
+  int local_rank() const override { return boot_.local_rank(); }
+  int local_world() const override { return boot_.local_world(); }
+
+  void all_reduce(float* buf, int64_t n, ReduceOp op) override {
+    run(double(n) * 4, ncclAllReduce(buf, buf, size_t(n), ncclFloat32, nccl_op(op), comm_, stream_));
+  }
+  void all_reduce(double* buf, int64_t n, ReduceOp op) override {
+    run(double(n) * 8, ncclAllReduce(buf, buf, size_t(n), ncclFloat64, nccl_op(op), comm_, stream_));
+  }
+  void reduce_scatter(const float* send, float* recv, int64_t n) override {
+    run(double(n) * 4 * world(), ncclReduceScatter(send, recv, size_t(n), ncclFloat32, ncclSum, comm_, stream_));
+  }
+  void all_gather(const float* send, float* recv, int64_t n) override {
+    run(double(n) * 4 * world(), ncclAllGather(send, recv, size_t(n), ncclFloat32, comm_, stream_));
+  }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    run(double(bytes), ncclBroadcast(buf, buf, bytes, ncclChar, root, comm_, stream_));
+  }
+  void barrier() override {
+    run(0, ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
+  }
+  [[noreturn]] void abort(int code) override {
+    ncclCommAbort(comm_);
+    boot_.abort(code);
+    std::_Exit(code);  // not reached: the bootstrap's abort ends the process
+  }
+
+ private:
+  static ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
+  void run(double bytes, ncclResult_t issued) {
+    const double t0 = now_seconds();
+    check_nccl(issued, "collective");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    stats.seconds += now_seconds() - t0;
+    stats.bytes += bytes;
+    ++stats.calls;
+  }
+
+  Comm& boot_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(Comm& bootstrap, int device) {
+  return std::make_unique<NcclComm>(bootstrap, device);
+}
+
+}  // namespace clm
