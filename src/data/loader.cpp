@@ -61,13 +61,18 @@ struct LoaderImpl {
       const Shard& sh = shards[s];
       uint64_t off = pos - shard_start[s];
       size_t take = size_t(std::min<uint64_t>(n, sh.n_tokens - off));
+      // A token id at or past the vocabulary would index past the model's embedding table, so a
+      // corrupt shard is refused here, where every token passes on its way to the model.
+      uint32_t mx = 0;
       if (sh.width == 2) {
         const uint16_t* src = (const uint16_t*)sh.data + off;
-        for (size_t i = 0; i < take; ++i) out[i] = int32_t(src[i]);
+        for (size_t i = 0; i < take; ++i) mx = std::max<uint32_t>(mx, src[i]), out[i] = int32_t(src[i]);
       } else {
         const uint32_t* src = (const uint32_t*)sh.data + off;
-        for (size_t i = 0; i < take; ++i) out[i] = int32_t(src[i]);
+        for (size_t i = 0; i < take; ++i) mx = std::max(mx, src[i]), out[i] = int32_t(src[i]);
       }
+      if (take > 0 && mx >= sh.vocab_size)
+        fail("{} is corrupt: token id {} is not below its vocab_size {}", sh.path, mx, sh.vocab_size);
       out += take;
       n -= take;
       pos += take;
