@@ -8,7 +8,8 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev zlib1g-dev libpcre2-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      sentencepiece libsentencepiece-dev gnuplot-nox)
+      sentencepiece libsentencepiece-dev gnuplot-nox
+      clang libclang-rt-14-dev)  # the fuzz targets: clang with libFuzzer (scripts/fuzz.sh)
 # Text that Debian ships, used by `clocklm prepare --preset` (see docs/DATA.md).
 PKGS+=($(cat scripts/corpus-packages.txt 2>/dev/null || true))
 missing=()
