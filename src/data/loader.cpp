@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/common.h"
+#include "core/json_get.h"
 #include "data/dataset.h"
 
 namespace clm {
@@ -271,7 +272,8 @@ void DataLoader::restore(const nlohmann::json& st) {
         fail("loader state does not fit this loader: {} is {} in the checkpoint but {} now", key,
              st.at(key).dump(), mine.dump());
     };
-    if (st.at("version").get<int>() != 1) fail("loader state version {} is not supported", st.at("version").dump());
+    if (json_int<int>(st.at("version"), "loader state version") != 1)
+      fail("loader state version {} is not supported", st.at("version").dump());
     check("split", L.opt.split);
     check("T", L.opt.T);
     check("seed", L.opt.seed);
@@ -279,7 +281,7 @@ void DataLoader::restore(const nlohmann::json& st) {
     check("shuffle", L.opt.shuffle);
     check("rows", L.row_start.size());
     check("tokens", L.n_tokens);
-    uint64_t row = st.at("row").get<uint64_t>();
+    uint64_t row = json_int<uint64_t>(st.at("row"), "loader state row");
     L.halt();
     L.consumed = row;
   } catch (const nlohmann::json::exception& e) {
