@@ -235,6 +235,8 @@ TEST(Config, OutOfRangeValuesAreRefused) {
   EXPECT_NE(from_text(R"({"train": {"max_steps": 9.3e18}})").find("must be an integer"), std::string::npos);
   EXPECT_NE(from_text(R"({"model": {"a": {"b": {"c": 1}}}})").find("nested too deep"), std::string::npos);
   EXPECT_NE(from_text("[1, 2").find("malformed JSON"), std::string::npos);
+  // A number too large for a double is nlohmann's out_of_range, not a parse_error (found by fuzzing).
+  EXPECT_NE(from_text(R"({"base": 333332.33333e333})").find("malformed JSON"), std::string::npos);
   EXPECT_NE(error_of([] { load_config("d4", {"lr=1e39"}); }).find("must be a number"), std::string::npos);
   EXPECT_NE(error_of([] { load_config("d4", {"vocab_size=2147483647"}); }).find("beyond any supported model"),
             std::string::npos);

@@ -382,6 +382,13 @@ TEST(CoreBundle, WrongTypesAndRangesAreClearErrors) {
   EXPECT_THROW(parse_core_yaml("a: \"\\x+1\"\n", "y"), Error);
   EXPECT_THROW(parse_core_yaml("a: \"\\UFFFFFFFF\"\n", "y"), Error);
   EXPECT_EQ(parse_core_yaml("a: \"\\u00e9\"\n", "y")["a"], "\xC3\xA9");
+  // Bytes that are not UTF-8 (raw or spelled as a surrogate escape) are refused where they are read,
+  // not when a value reaches JSON output or an error message (found by fuzzing).
+  EXPECT_THROW(parse_core_yaml("a: \xff\n", "y"), Error);
+  EXPECT_THROW(parse_core_yaml("a: \"\\uD800\"\n", "y"), Error);
+  EXPECT_NE(tasks("icl_tasks:\n- label: \xfe\n  dataset_uri: x\n  icl_task_type: schema\n  num_fewshot: 0\n")
+                .find("not valid UTF-8"),
+            std::string::npos);
   CoreTask mc;
   auto items = parse_core_items("{\"query\": \"q\", \"choices\": [\"a\", \"b\"], \"gold\": 4294967296}\n", "t.jsonl");
   EXPECT_THROW(render_core_prompts(mc, items.at(0), {}), Error);

@@ -347,7 +347,7 @@ RunConfig config_from_json_text(std::string_view text, const std::string& where,
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also a number too large for a double
     fail("{}: malformed JSON: {}", where, e.what());
   }
   RunConfig c;

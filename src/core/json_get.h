@@ -12,6 +12,13 @@
 
 namespace clm {
 
+// v as JSON text for an error message. Strings built by our own parsers (the CORE YAML reader)
+// may hold bytes that are not UTF-8, which plain dump() refuses with an exception.
+template <typename Json>
+std::string json_text(const Json& v) {
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 // v as an integer of type T; `what` names the value in the one-line error.
 template <typename T, typename Json>
 T json_int(const Json& v, const std::string& what) {
@@ -26,13 +33,13 @@ T json_int(const Json& v, const std::string& what) {
       return T(i);
   }
   fail("{} must be an integer in [{}, {}], got {}", what, std::numeric_limits<T>::min(),
-       std::numeric_limits<T>::max(), v.dump());
+       std::numeric_limits<T>::max(), json_text(v));
 }
 
 // v as a string; `what` names the value in the one-line error.
 template <typename Json>
 const std::string& json_str(const Json& v, const std::string& what) {
-  if (!v.is_string()) fail("{} must be a string, got {}", what, v.dump());
+  if (!v.is_string()) fail("{} must be a string, got {}", what, json_text(v));
   return v.template get_ref<const std::string&>();
 }
 

@@ -189,6 +189,13 @@ nlohmann::json parse_core_yaml(std::string_view text, const std::string& what) {
     if (cur->contains(key)) fail("{}: duplicate key '{}'", where, key);
     (*cur)[key] = yaml_value(body.substr(c + 1), where);
   }
+  // YAML is UTF-8; checked once here (escapes can also spell surrogates), so every later use of
+  // the values, such as writing them into the result JSON, can rely on it.
+  try {
+    (void)root.dump();
+  } catch (const nlohmann::json::type_error&) {
+    fail("{}: not valid UTF-8", what);
+  }
   return root;
 }
 
