@@ -237,7 +237,7 @@ TEST(Config, OutOfRangeValuesAreRefused) {
   EXPECT_NE(from_text("[1, 2").find("malformed JSON"), std::string::npos);
   // A number too large for a double is nlohmann's out_of_range, not a parse_error (found by fuzzing).
   EXPECT_NE(from_text(R"({"base": 333332.33333e333})").find("malformed JSON"), std::string::npos);
-  EXPECT_NE(error_of([] { load_config("d4", {"lr=1e39"}); }).find("must be a number"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d4", {"optim.matrix.lr=1e39"}); }).find("must be a number"), std::string::npos);
   EXPECT_NE(error_of([] { load_config("d4", {"vocab_size=2147483647"}); }).find("beyond any supported model"),
             std::string::npos);
   EXPECT_NE(error_of([] { load_config("d4", {"n_layer=100000"}); }).find("beyond any supported model"),

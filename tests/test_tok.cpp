@@ -334,8 +334,8 @@ TEST(Tok, AbsurdSizesAreRefusedBeforeAllocating) {
     return "(no error)";
   };
   nlohmann::json base = {{"format", "clocklm-bpe"}, {"version", 1}, {"kind", "bpe"}, {"pattern", kGpt4Pattern},
-                         {"vocab_size", 257}, {"bos", 256}, {"special_tokens", {{"<|bos|>", 256}}},
-                         {"merges", nlohmann::json::array()}};
+                         {"vocab_size", 257}, {"bos", 256}, {"merges", nlohmann::json::array()}};
+  base["special_tokens"] = nlohmann::json::array({nlohmann::json::array({"<|bos|>", 256})});
   base["byte_ids"] = nlohmann::json::array();
   for (int b = 0; b < 256; ++b) base["byte_ids"].push_back(b);
   EXPECT_EQ(error_of([&] { Tokenizer::from_json(base.dump(), "t.json"); }), "(no error)");

@@ -194,14 +194,14 @@ nlohmann::json get_json(const Field& f) {
 }
 
 // Flatten nested objects to dotted keys ("model": {"n_layer": 8} -> "model.n_layer").
-// Keys are at most three levels deep ("optim.matrix.lr"), so deeper nesting is refused before the
-// recursion could run deep on a hostile file.
+// Keys are at most three levels deep ("optim.matrix.lr": two nested objects), so deeper nesting is
+// refused before the recursion could run deep on a hostile file.
 void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, nlohmann::json>>& out,
              int depth = 0) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (it->is_object()) {
-      if (depth >= 3) fail("unknown config key '{}' (nested too deep)", key);
+      if (depth >= 2) fail("unknown config key '{}' (nested too deep)", key);
       flatten(*it, key, out, depth + 1);
     } else {
       out.emplace_back(key, *it);
