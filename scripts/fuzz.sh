@@ -16,11 +16,11 @@ case "${1:-}" in
   "") ;;
   *) limit=(-max_total_time="$1") ;;
 esac
+mkdir -p build-fuzz
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLOCKLM_FUZZ=ON \
-  -DCLOCKLM_CPU_VARIANTS=generic -DCLOCKLM_CUDA=OFF -DBUILD_TESTING=OFF > build-fuzz.log 2>&1 ||
-  { cat build-fuzz.log; exit 1; }
-cmake --build build-fuzz -j"$(nproc)" >> build-fuzz.log 2>&1 || { tail -50 build-fuzz.log; exit 1; }
-rm -f build-fuzz.log
+  -DCLOCKLM_CPU_VARIANTS=generic -DCLOCKLM_CUDA=OFF -DBUILD_TESTING=OFF > build-fuzz/build.log 2>&1 ||
+  { cat build-fuzz/build.log; exit 1; }
+cmake --build build-fuzz -j"$(nproc)" >> build-fuzz/build.log 2>&1 || { tail -50 build-fuzz/build.log; exit 1; }
 targets=${FUZZ_TARGETS:-$(cd fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//')}
 mkdir -p build-fuzz/artifacts
 failed=0
