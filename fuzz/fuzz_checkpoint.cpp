@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::errors_only([&] {
       OptimStateTable t = parse_optim_state(v.optim);
       for (const OptimStateEntry& e : t.params)
-        fuzz::require(e.m.size() == 4 * e.n && e.v.size() == (e.muon ? 0 : 4 * e.n), "moment sizes");
+        fuzz::require(e.m.size() == 4 * e.n && e.v.size() == (e.muon ? 0 : 4 * e.n),
+                      "moment sizes");
     });
     RunConfig cfg = checkpoint_config(v.meta, v.weights.size(), "step.ckpt");
     fuzz::require(cfg.model.vocab_size > 0, "a checkpoint's model has a vocabulary");

@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string_view d : fuzz::lines_of(parts[2]))
     fuzz::errors_only([&] { fuzz::require(parse_duration(d) >= 0, "a duration is >= 0"); });
   fuzz::errors_only([&] {
-    RunConfig c = config_from_json_text(parts[0].empty() ? "{\"base\": \"d4\"}" : parts[0], "config.json", "fuzz");
+    RunConfig c = config_from_json_text(parts[0].empty() ? "{\"base\": \"d4\"}" : parts[0],
+                                        "config.json", "fuzz");
     std::vector<std::string> sets;
     for (std::string_view l : fuzz::lines_of(parts[1])) sets.emplace_back(l);
     apply_overrides(c, sets);

@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::errors_only([&] { parse_core_yaml(files[0], "core.yaml"); });
   fuzz::errors_only([&] { parse_csv(files[1], "eval_meta_data.csv"); });
   fuzz::errors_only([&] {
-    for (const CoreTask& t : parse_core_tasks(files[0], files[1], "core.yaml", "eval_meta_data.csv"))
+    for (const CoreTask& t :
+         parse_core_tasks(files[0], files[1], "core.yaml", "eval_meta_data.csv"))
       fuzz::require(t.num_fewshot >= 0 && t.num_fewshot <= 1000, "few-shot count in range");
   });
   return 0;

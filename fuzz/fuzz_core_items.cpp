@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (items.empty()) return 0;
   core_shuffle(items);
   const int64_t n = int64_t(items.size());
-  for (CoreTaskType type : {CoreTaskType::MultipleChoice, CoreTaskType::Schema, CoreTaskType::LanguageModeling}) {
+  for (CoreTaskType type :
+       {CoreTaskType::MultipleChoice, CoreTaskType::Schema, CoreTaskType::LanguageModeling}) {
     CoreTask task;
     task.type = type;
     task.num_fewshot = int(std::min<int64_t>(n - 1, 2));
@@ -32,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         int gold = type == CoreTaskType::LanguageModeling ? 0 : items[size_t(i)]["gold"].get<int>();
         CoreExample ex = build_core_example(type, tokens, gold, 64);
         for (const CoreRow& r : ex.rows)
-          fuzz::require(r.tokens.size() <= 64 && 1 <= r.start && r.start < r.end && r.end <= int(r.tokens.size()),
+          fuzz::require(r.tokens.size() <= 64 && 1 <= r.start && r.start < r.end &&
+                            r.end <= int(r.tokens.size()),
                         "scored span inside the row");
       });
     }

@@ -16,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // ends its input at a NUL byte, where the scanner (rightly) sees trailing garbage.
     size_t opens = 0;
     for (char c : line) opens += c == '[' || c == '{';
-    if (j.is_discarded() || !j.is_object() || opens > 200 || line.find('\0') != std::string_view::npos) continue;
+    if (j.is_discarded() || !j.is_object() || opens > 200 ||
+        line.find('\0') != std::string_view::npos)
+      continue;
     auto it = j.find("text");
     if (it == j.end() || !it->is_string()) {
       fuzz::require(r == JsonLineResult::malformed, "a line without a string text is malformed");

@@ -30,8 +30,9 @@ std::string error_of(const std::function<void()>& f) {
 
 // A real checkpoint of a tiny model, saved by save_checkpoint.
 std::string tiny_checkpoint(const fs::path& dir) {
-  RunConfig cfg = load_config("d4", {"n_layer=1", "d_model=64", "n_head=1", "n_kv_head=1", "head_dim=64",
-                                     "vocab_size=300", "seq_len=16", "micro_batch=1", "batch_tokens=16"});
+  RunConfig cfg =
+      load_config("d4", {"n_layer=1", "d_model=64", "n_head=1", "n_kv_head=1", "head_dim=64",
+                         "vocab_size=300", "seq_len=16", "micro_batch=1", "batch_tokens=16"});
   GPT model(cfg.model, 1, 16);
   Optimizer opt(model.params(), cfg.optim);
   std::string path = (dir / "step.ckpt").string();
@@ -52,7 +53,8 @@ std::string with_meta(const std::string& blob, const std::string& meta) {
   uint64_t n = meta.size();
   std::memcpy(out.data() + 24, &n, 8);
   out += meta;
-  out += blob.substr(kCheckpointHeaderBytes + old_meta, blob.size() - 8 - kCheckpointHeaderBytes - old_meta);
+  out += blob.substr(kCheckpointHeaderBytes + old_meta,
+                     blob.size() - 8 - kCheckpointHeaderBytes - old_meta);
   uint64_t sum = checkpoint_checksum(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(&sum), 8);
   return out;
@@ -76,9 +78,12 @@ TEST(CheckpointRead, AbsurdHeaderSizesAreRefused) {
       std::memcpy(b.data() + field, &claim, 8);
       uint64_t sum = checkpoint_checksum(b.data(), b.size() - 8);
       std::memcpy(b.data() + b.size() - 8, &sum, 8);
-      EXPECT_NE(error_of([&] { parse_checkpoint(b, "c"); }).find("does not match its header"), std::string::npos);
+      EXPECT_NE(error_of([&] { parse_checkpoint(b, "c"); }).find("does not match its header"),
+                std::string::npos);
       atomic_write((dir / "bad.ckpt").string(), b);
-      EXPECT_NE(error_of([&] { read_checkpoint_meta((dir / "bad.ckpt").string()); }).find("does not match its header"),
+      EXPECT_NE(error_of([&] {
+                  read_checkpoint_meta((dir / "bad.ckpt").string());
+                }).find("does not match its header"),
                 std::string::npos);
     }
   }
@@ -97,15 +102,20 @@ TEST(CheckpointRead, ConfigLargerThanTheWeightsIsRefusedBeforeTheModel) {
   meta["config"]["model"]["n_head"] = 1024;
   meta["config"]["model"]["n_kv_head"] = 1024;
   atomic_write((dir / "huge.ckpt").string(), with_meta(blob, meta.dump()));
-  EXPECT_NE(error_of([&] { load_model_for_eval((dir / "huge.ckpt").string(), 1, 0, "cpu"); }).find("weight bytes"),
+  EXPECT_NE(error_of([&] {
+              load_model_for_eval((dir / "huge.ckpt").string(), 1, 0, "cpu");
+            }).find("weight bytes"),
             std::string::npos);
   // A config that does not validate, and metadata that is not an object.
   meta["config"]["model"]["n_head"] = 0;
-  EXPECT_NE(error_of([&] { checkpoint_config(meta, 4, "c"); }).find("model.n_head"), std::string::npos);
-  EXPECT_NE(error_of([&] { parse_checkpoint(with_meta(blob, "[1, 2]"), "c"); }).find("not a JSON object"),
+  EXPECT_NE(error_of([&] { checkpoint_config(meta, 4, "c"); }).find("model.n_head"),
             std::string::npos);
+  EXPECT_NE(
+      error_of([&] { parse_checkpoint(with_meta(blob, "[1, 2]"), "c"); }).find("not a JSON object"),
+      std::string::npos);
   // The untouched file still loads.
-  atomic_write((dir / "ok.ckpt").string(), with_meta(blob, parse_checkpoint(blob, "c").meta.dump()));
+  atomic_write((dir / "ok.ckpt").string(),
+               with_meta(blob, parse_checkpoint(blob, "c").meta.dump()));
   LoadedModel m = load_model_for_eval((dir / "ok.ckpt").string(), 1, 0, "cpu");
   EXPECT_EQ(m.cfg.model.d_model, 64);
   fs::remove_all(dir);

@@ -1,6 +1,6 @@
-// The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must accept:
-// when a format changes, this fails and the seeds get updated, instead of the fuzzers silently
-// starting from inputs that are all rejected at the first check.
+// The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must
+// accept: when a format changes, this fails and the seeds get updated, instead of the fuzzers
+// silently starting from inputs that are all rejected at the first check.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -28,7 +28,8 @@ namespace {
 std::vector<std::pair<std::string, std::string>> seeds(const std::string& target) {
   std::vector<std::pair<std::string, std::string>> out;
   fs::path dir = fs::path(CLOCKLM_SOURCE_DIR) / "fuzz" / "corpus" / target;
-  for (const auto& e : fs::directory_iterator(dir)) out.emplace_back(e.path().string(), read_file(e.path().string()));
+  for (const auto& e : fs::directory_iterator(dir))
+    out.emplace_back(e.path().string(), read_file(e.path().string()));
   EXPECT_FALSE(out.empty()) << dir;
   return out;
 }
@@ -49,19 +50,23 @@ TEST(FuzzSeeds, TokenizersLoadAndRoundTrip) {
 }
 
 TEST(FuzzSeeds, DataFilesAreRead) {
-  for (auto& [path, bytes] : seeds("fuzz_shard")) EXPECT_NO_THROW(parse_shard_header(bytes.data(), bytes.size(), path));
-  for (auto& [path, text] : seeds("fuzz_manifest")) EXPECT_FALSE(parse_dataset_manifest(text, "/d").train_shards.empty());
+  for (auto& [path, bytes] : seeds("fuzz_shard"))
+    EXPECT_NO_THROW(parse_shard_header(bytes.data(), bytes.size(), path));
+  for (auto& [path, text] : seeds("fuzz_manifest"))
+    EXPECT_FALSE(parse_dataset_manifest(text, "/d").train_shards.empty());
   int64_t docs = 0;
   std::string doc;
   for (auto& [path, text] : seeds("fuzz_jsonl"))
-    for (std::string_view line : fuzz::lines_of(text)) docs += parse_jsonl_text(line, doc) == JsonLineResult::ok;
+    for (std::string_view line : fuzz::lines_of(text))
+      docs += parse_jsonl_text(line, doc) == JsonLineResult::ok;
   EXPECT_GE(docs, 3);
 }
 
 TEST(FuzzSeeds, ConfigsValidate) {
   for (auto& [path, text] : seeds("fuzz_config")) {
     auto parts = fuzz::split_files(text, 3);
-    RunConfig c = config_from_json_text(parts[0].empty() ? "{\"base\": \"d4\"}" : parts[0], path, "seed");
+    RunConfig c =
+        config_from_json_text(parts[0].empty() ? "{\"base\": \"d4\"}" : parts[0], path, "seed");
     std::vector<std::string> sets;
     for (std::string_view l : fuzz::lines_of(parts[1])) sets.emplace_back(l);
     apply_overrides(c, sets);
@@ -81,8 +86,11 @@ TEST(FuzzSeeds, CheckpointsParse) {
 TEST(FuzzSeeds, CoreFilesAndSweepsParse) {
   for (auto& [path, text] : seeds("fuzz_core_bundle")) {
     auto files = fuzz::split_files(text, 2);
-    EXPECT_FALSE(parse_core_tasks(files[0], files[1], "core.yaml", "eval_meta_data.csv").empty()) << path;
+    EXPECT_FALSE(parse_core_tasks(files[0], files[1], "core.yaml", "eval_meta_data.csv").empty())
+        << path;
   }
-  for (auto& [path, text] : seeds("fuzz_core_items")) EXPECT_GE(parse_core_items(text, path).size(), 3u);
-  for (auto& [path, text] : seeds("fuzz_sweep")) EXPECT_FALSE(parse_sweep_spec_text(text, path).runs.empty());
+  for (auto& [path, text] : seeds("fuzz_core_items"))
+    EXPECT_GE(parse_core_items(text, path).size(), 3u);
+  for (auto& [path, text] : seeds("fuzz_sweep"))
+    EXPECT_FALSE(parse_sweep_spec_text(text, path).runs.empty());
 }

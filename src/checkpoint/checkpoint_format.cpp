@@ -15,8 +15,8 @@
 
 namespace clm {
 
-// Hash in 8-byte words (FNV-1a over 64-bit lanes, then the tail bytes): ~8x faster than byte-wise on
-// half-gigabyte checkpoints, and still catches any flipped or truncated byte.
+// Hash in 8-byte words (FNV-1a over 64-bit lanes, then the tail bytes): ~8x faster than byte-wise
+// on half-gigabyte checkpoints, and still catches any flipped or truncated byte.
 uint64_t checkpoint_checksum(const char* data, size_t n) {
   uint64_t h = 0xcbf29ce484222325ULL;
   size_t words = n / 8;
@@ -51,16 +51,21 @@ struct Parsed {
 // Each size is compared with the file size before they are added, so no sum can overflow.
 Parsed parse_header(const std::string& path, const char* h, size_t file_size) {
   if (file_size < kHeader + 8) fail("checkpoint {} is truncated ({} bytes)", path, file_size);
-  if (std::memcmp(h, kCheckpointMagic, 8) != 0) fail("{} is not a clocklm checkpoint (bad magic)", path);
+  if (std::memcmp(h, kCheckpointMagic, 8) != 0)
+    fail("{} is not a clocklm checkpoint (bad magic)", path);
   std::string_view hs(h, kHeader);
   uint32_t version = get<uint32_t>(hs, 8);
   if (version != kCheckpointVersion)
-    fail("checkpoint {} has version {}, this clocklm reads version {}", path, version, kCheckpointVersion);
+    fail("checkpoint {} has version {}, this clocklm reads version {}", path, version,
+         kCheckpointVersion);
   Parsed p;
   p.config_hash = get<uint64_t>(hs, 16);
-  uint64_t meta_bytes = get<uint64_t>(hs, 24), wb = get<uint64_t>(hs, 32), ob = get<uint64_t>(hs, 40);
-  if (meta_bytes > file_size || wb > file_size || ob > file_size || kHeader + meta_bytes + wb + ob + 8 != file_size)
-    fail("checkpoint {} is truncated or corrupt (size {} does not match its header)", path, file_size);
+  uint64_t meta_bytes = get<uint64_t>(hs, 24), wb = get<uint64_t>(hs, 32),
+           ob = get<uint64_t>(hs, 40);
+  if (meta_bytes > file_size || wb > file_size || ob > file_size ||
+      kHeader + meta_bytes + wb + ob + 8 != file_size)
+    fail("checkpoint {} is truncated or corrupt (size {} does not match its header)", path,
+         file_size);
   p.weights_off = kHeader + meta_bytes;
   p.weight_bytes = wb;
   p.optim_off = p.weights_off + wb;
@@ -83,7 +88,8 @@ nlohmann::json parse_meta(const std::string& path, const char* text, size_t n) {
 Parsed parse(const std::string& path, std::string_view blob) {
   Parsed p = parse_header(path, blob.data(), blob.size());
   uint64_t want = get<uint64_t>(blob, blob.size() - 8);
-  if (checkpoint_checksum(blob.data(), blob.size() - 8) != want) fail("checkpoint {} is corrupt (checksum mismatch)", path);
+  if (checkpoint_checksum(blob.data(), blob.size() - 8) != want)
+    fail("checkpoint {} is corrupt (checksum mismatch)", path);
   p.meta = parse_meta(path, blob.data() + kHeader, p.weights_off - kHeader);
   return p;
 }
@@ -96,8 +102,10 @@ CheckpointView parse_checkpoint(std::string_view blob, const std::string& what) 
           blob.substr(p.optim_off, p.optim_bytes)};
 }
 
-RunConfig checkpoint_config(const nlohmann::json& meta, uint64_t weight_bytes, const std::string& what) {
-  if (!meta.is_object() || !meta.contains("config")) fail("checkpoint {} has no config in its metadata", what);
+RunConfig checkpoint_config(const nlohmann::json& meta, uint64_t weight_bytes,
+                            const std::string& what) {
+  if (!meta.is_object() || !meta.contains("config"))
+    fail("checkpoint {} has no config in its metadata", what);
   RunConfig cfg;
   try {
     cfg = run_config_from_json(meta["config"]);
@@ -110,8 +118,8 @@ RunConfig checkpoint_config(const nlohmann::json& meta, uint64_t weight_bytes, c
   // with it cannot ask for a model larger than the file.
   uint64_t want = uint64_t(count_params(cfg.model).total()) * 4;
   if (want != weight_bytes)
-    fail("checkpoint {} holds {} weight bytes, but the model its config describes has {}", what, weight_bytes,
-         want);
+    fail("checkpoint {} holds {} weight bytes, but the model its config describes has {}", what,
+         weight_bytes, want);
   return cfg;
 }
 

@@ -128,7 +128,8 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
           *p = T(v.get<uint64_t>());
         } else if (v.is_number_integer()) {
           int64_t i = v.get<int64_t>();
-          if (i < int64_t(std::numeric_limits<T>::min()) || i > int64_t(std::numeric_limits<T>::max())) bad();
+          if (i < int64_t(std::numeric_limits<T>::min()) || i > int64_t(std::numeric_limits<T>::max()))
+            bad();
           *p = T(i);
         } else {
           // Accept 3.0 for an integer, but not 3.5. T's range is [min, -min): -min is a power of
@@ -196,8 +197,8 @@ nlohmann::json get_json(const Field& f) {
 // Flatten nested objects to dotted keys ("model": {"n_layer": 8} -> "model.n_layer").
 // Keys are at most three levels deep ("optim.matrix.lr": two nested objects), so deeper nesting is
 // refused before the recursion could run deep on a hostile file.
-void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, nlohmann::json>>& out,
-             int depth = 0) {
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, nlohmann::json>>& out, int depth = 0) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (it->is_object()) {
@@ -343,7 +344,8 @@ RunConfig run_config_from_json(const nlohmann::json& j) {
   return c;
 }
 
-RunConfig config_from_json_text(std::string_view text, const std::string& where, const std::string& name) {
+RunConfig config_from_json_text(std::string_view text, const std::string& where,
+                                const std::string& name) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -49,7 +49,8 @@ struct RunConfig {
 RunConfig load_config(const std::string& name_or_path, const std::vector<std::string>& overrides = {});
 // The config a JSON text describes: its "base" preset (if any), then its keys, named `name`;
 // `where` names the text in errors. Not validated (load_config validates after the overrides).
-RunConfig config_from_json_text(std::string_view text, const std::string& where, const std::string& name);
+RunConfig config_from_json_text(std::string_view text, const std::string& where,
+                                const std::string& name);
 // Apply `--set key=value` overrides in order (a unique bare or partial key is accepted).
 void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 void validate(const RunConfig& cfg);  // throws Error with a one-line message

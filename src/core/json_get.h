@@ -4,9 +4,8 @@
 #pragma once
 #include <cstdint>
 #include <limits>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/common.h"
 

@@ -57,8 +57,8 @@ nlohmann::json parse_core_yaml(std::string_view text, const std::string& what);
 // RFC 4180 CSV (quoted fields, "" escapes, newlines inside quotes) -> rows of fields.
 std::vector<std::vector<std::string>> parse_csv(std::string_view text, const std::string& what);
 // The same from the two files' contents; the paths name them in errors.
-std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv, const std::string& ypath,
-                                       const std::string& mpath);
+std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv,
+                                       const std::string& ypath, const std::string& mpath);
 // One JSON object per line; throws Error naming file and line.
 std::vector<nlohmann::json> load_core_items(const std::string& path);
 std::vector<nlohmann::json> parse_core_items(std::string_view text, const std::string& path);

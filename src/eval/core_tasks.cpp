@@ -272,8 +272,8 @@ std::vector<CoreTask> load_core_tasks(const std::string& bundle) {
   return parse_core_tasks(read_file(ypath), read_file(mpath), ypath, mpath);
 }
 
-std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv, const std::string& ypath,
-                                       const std::string& mpath) {
+std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv,
+                                       const std::string& ypath, const std::string& mpath) {
   nlohmann::json y = parse_core_yaml(yaml, ypath);
   if (!y.contains("icl_tasks") || !y["icl_tasks"].is_array() || y["icl_tasks"].empty())
     fail("{}: no 'icl_tasks' list", ypath);
@@ -293,7 +293,8 @@ std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view m
     std::string name = trim_ascii(csv[r][col_task]), b = trim_ascii(csv[r][col_base]);
     char* endp = nullptr;
     double v = std::strtod(b.c_str(), &endp);
-    if (b.empty() || *endp || !std::isfinite(v)) fail("{}: row {}: bad random baseline '{}'", mpath, r + 1, b);
+    if (b.empty() || *endp || !std::isfinite(v))
+      fail("{}: row {}: bad random baseline '{}'", mpath, r + 1, b);
     baselines[name] = v;
   }
 
@@ -317,13 +318,16 @@ std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view m
     else fail("{}: task '{}': unsupported icl_task_type '{}'", ypath, task.label, type);
     const auto& shots = need("num_fewshot");
     std::string what = fmt::format("{}: task '{}': num_fewshot", ypath, task.label);
-    std::string s0 = shots.is_array() ? (shots.empty() ? "" : json_str(shots[0], what)) : json_str(shots, what);
+    std::string s0 =
+        shots.is_array() ? (shots.empty() ? "" : json_str(shots[0], what)) : json_str(shots, what);
     char* endp = nullptr;
     long nshot = std::strtol(s0.c_str(), &endp, 10);
-    if (s0.empty() || *endp || nshot < 0 || nshot > kMaxFewshot) fail("{}: task '{}': bad num_fewshot", ypath, task.label);
+    if (s0.empty() || *endp || nshot < 0 || nshot > kMaxFewshot)
+      fail("{}: task '{}': bad num_fewshot", ypath, task.label);
     task.num_fewshot = (int)nshot;
     if (t.contains("continuation_delimiter"))
-      task.delimiter = json_str(t["continuation_delimiter"], fmt::format("{}: task '{}': continuation_delimiter", ypath, task.label));
+      task.delimiter = json_str(t["continuation_delimiter"],
+                                fmt::format("{}: task '{}': continuation_delimiter", ypath, task.label));
     auto it = baselines.find(task.label);
     if (it == baselines.end()) fail("{}: no random baseline for task '{}'", mpath, task.label);
     task.random_baseline = it->second;

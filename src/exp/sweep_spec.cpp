@@ -22,7 +22,8 @@ static std::string value_text(const nlohmann::ordered_json& v, const std::string
   fail("{}: values must be strings, numbers or booleans (got {})", where, v.dump());
 }
 
-static std::vector<std::string> string_list(const nlohmann::ordered_json& j, const std::string& where) {
+static std::vector<std::string> string_list(const nlohmann::ordered_json& j,
+                                            const std::string& where) {
   if (!j.is_array()) fail("{} must be a list of strings", where);
   std::vector<std::string> out;
   for (const auto& v : j) {
@@ -39,7 +40,9 @@ static void check_set(const std::string& s, const std::string& where) {
 
 static std::string sanitize(const std::string& s) {
   std::string o;
-  for (char c : s) o += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
+  for (char c : s)
+    o +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
   return o;
 }
 
@@ -65,21 +68,25 @@ static std::string resolve(const std::string& p, const std::string& base_dir) {
   return (fs::path(base_dir) / p).lexically_normal().string();
 }
 
-SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& base_dir, const std::string& default_name) {
+SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& base_dir,
+                           const std::string& default_name) {
   if (!j.is_object()) fail("sweep spec must be a JSON object");
-  static const std::set<std::string> known = {"name", "config", "data", "budget", "set",
-                                              "grid", "runs", "core", "profile", "args"};
+  static const std::set<std::string> known = {"name", "config", "data", "budget",  "set",
+                                              "grid", "runs",   "core", "profile", "args"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key()))
-      fail("sweep spec: unknown key '{}' (known: name, config, data, budget, set, runs, grid, core, profile, args)",
-           it.key());
+      fail(
+          "sweep spec: unknown key '{}' (known: name, config, data, budget, set, runs, grid, core, "
+          "profile, args)",
+          it.key());
   SweepSpec s;
   auto str = [&](const char* k, bool required) {
     if (!j.contains(k)) {
       if (required) fail("sweep spec: missing \"{}\"", k);
       return std::string();
     }
-    if (!j[k].is_string() || j[k].get<std::string>().empty()) fail("sweep spec: \"{}\" must be a non-empty string", k);
+    if (!j[k].is_string() || j[k].get<std::string>().empty())
+      fail("sweep spec: \"{}\" must be a non-empty string", k);
     return j[k].get<std::string>();
   };
   s.name = j.contains("name") ? str("name", false) : sanitize(default_name);
@@ -89,7 +96,8 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
     fail("sweep spec: \"name\" '{}' must be a plain folder name (letters, digits, . - _)", s.name);
   s.config = str("config", true);
   // A preset name stays as is; a path (has a slash or ends in .json) is resolved like data.
-  if (s.config.find('/') != std::string::npos || s.config.ends_with(".json")) s.config = resolve(s.config, base_dir);
+  if (s.config.find('/') != std::string::npos || s.config.ends_with(".json"))
+    s.config = resolve(s.config, base_dir);
   s.data = resolve(str("data", true), base_dir);
   s.budget = str("budget", true);
   parse_duration(s.budget);  // throws on a malformed budget
@@ -112,13 +120,15 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
         run.sets = string_list(r, where);
       } else if (r.is_object()) {
         for (auto it = r.begin(); it != r.end(); ++it)
-          if (it.key() != "name" && it.key() != "set") fail("{}: unknown key '{}' (known: name, set)", where, it.key());
+          if (it.key() != "name" && it.key() != "set")
+            fail("{}: unknown key '{}' (known: name, set)", where, it.key());
         if (r.contains("set")) run.sets = string_list(r["set"], where + ".set");
         if (r.contains("name")) {
           if (!r["name"].is_string()) fail("{}.name must be a string", where);
           run.name = r["name"].get<std::string>();
           if (run.name.empty() || sanitize(run.name) != run.name || run.name[0] == '.')
-            fail("{}.name '{}' must be a plain folder name (letters, digits, . - _)", where, run.name);
+            fail("{}.name '{}' must be a plain folder name (letters, digits, . - _)", where,
+                 run.name);
         }
       } else {
         fail("{} must be an object {{\"name\", \"set\"}} or a list of key=value strings", where);
@@ -130,17 +140,21 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
   }
   if (j.contains("grid")) {
     const auto& g = j["grid"];
-    if (!g.is_object() || g.empty()) fail("sweep spec: \"grid\" must be an object of key: [values]");
+    if (!g.is_object() || g.empty())
+      fail("sweep spec: \"grid\" must be an object of key: [values]");
     std::vector<std::pair<std::string, std::vector<std::string>>> axes;
     size_t total = 1;  // checked as it grows: a product of many axes could wrap around
     for (auto it = g.begin(); it != g.end(); ++it) {
       std::string where = fmt::format("sweep spec: grid[\"{}\"]", it.key());
-      if (it.key().empty() || it.key().find('=') != std::string::npos) fail("{}: not a config key", where);
-      if (!it.value().is_array() || it.value().empty()) fail("{} must be a non-empty list of values", where);
+      if (it.key().empty() || it.key().find('=') != std::string::npos)
+        fail("{}: not a config key", where);
+      if (!it.value().is_array() || it.value().empty())
+        fail("{} must be a non-empty list of values", where);
       std::vector<std::string> vals;
       for (const auto& v : it.value()) vals.push_back(value_text(v, where));
       total *= vals.size();
-      if (total > kMaxGridPoints) fail("sweep spec: the grid has more than {} points", kMaxGridPoints);
+      if (total > kMaxGridPoints)
+        fail("sweep spec: the grid has more than {} points", kMaxGridPoints);
       axes.emplace_back(it.key(), vals);
     }
     // Cartesian product, first key varying slowest.
@@ -148,8 +162,10 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
       SweepRun run;
       std::vector<size_t> idx(axes.size());
       size_t rem = n;
-      for (size_t a = axes.size(); a-- > 0;) idx[a] = rem % axes[a].second.size(), rem /= axes[a].second.size();
-      for (size_t a = 0; a < axes.size(); ++a) run.sets.push_back(axes[a].first + "=" + axes[a].second[idx[a]]);
+      for (size_t a = axes.size(); a-- > 0;)
+        idx[a] = rem % axes[a].second.size(), rem /= axes[a].second.size();
+      for (size_t a = 0; a < axes.size(); ++a)
+        run.sets.push_back(axes[a].first + "=" + axes[a].second[idx[a]]);
       run.name = sweep_run_name(run.sets);
       s.runs.push_back(run);
     }
@@ -157,7 +173,8 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
   if (s.runs.empty()) s.runs.push_back({"base", {}});
   std::set<std::string> names;
   for (const auto& r : s.runs)
-    if (!names.insert(r.name).second) fail("sweep spec: two runs are named '{}'; give them distinct \"name\"s", r.name);
+    if (!names.insert(r.name).second)
+      fail("sweep spec: two runs are named '{}'; give them distinct \"name\"s", r.name);
   return s;
 }
 
@@ -165,7 +182,8 @@ SweepSpec parse_sweep_spec_text(std::string_view text, const std::string& path) 
   auto j = nlohmann::ordered_json::parse(text, nullptr, false, true);  // comments allowed
   if (j.is_discarded()) fail("{}: malformed JSON", path);
   try {
-    return parse_sweep_spec(j, fs::path(path).parent_path().string(), fs::path(path).stem().string());
+    return parse_sweep_spec(j, fs::path(path).parent_path().string(),
+                            fs::path(path).stem().string());
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());
   }
@@ -176,8 +194,8 @@ SweepSpec load_sweep_spec(const std::string& path) {
   return parse_sweep_spec_text(read_file(path), path);
 }
 
-std::vector<std::string> sweep_train_args(const SweepSpec& s, const SweepRun& r, const std::string& run_dir,
-                                          bool resume) {
+std::vector<std::string> sweep_train_args(const SweepSpec& s, const SweepRun& r,
+                                          const std::string& run_dir, bool resume) {
   std::vector<std::string> a = {"train"};
   if (resume) {
     a.insert(a.end(), {"--resume", run_dir});  // config comes from RUN/config.json

@@ -254,11 +254,13 @@ void Optimizer::load(std::istream& in) {
   for (size_t i = 0; i < t.params.size(); ++i) {
     const OptimStateEntry& e = t.params[i];
     const OptState& st = s.states[i];
-    if (e.name != st.p->name) fail("optimizer state parameter '{}' does not match the model's '{}'", e.name, st.p->name);
+    if (e.name != st.p->name)
+      fail("optimizer state parameter '{}' does not match the model's '{}'", e.name, st.p->name);
     if (e.muon != st.muon)
       fail("optimizer state for '{}' was {} but the config uses {}", e.name, e.muon ? "muon" : "adamw",
            st.muon ? "muon" : "adamw");
-    if (e.n != uint64_t(st.n)) fail("optimizer state for '{}' has {} elements, the model {}", e.name, e.n, st.n);
+    if (e.n != uint64_t(st.n))
+      fail("optimizer state for '{}' has {} elements, the model {}", e.name, e.n, st.n);
   }
   std::vector<float> storage(size_t(s.storage_n));
   const float* base = s.storage.as<float>();

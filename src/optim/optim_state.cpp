@@ -40,7 +40,8 @@ OptimStateTable parse_optim_state(std::string_view bytes) {
   for (int64_t st : t.steps)
     if (st < 0) fail("optimizer state is corrupt (negative step count {})", st);
   // Each entry takes at least 13 bytes, which bounds the count before anything is reserved.
-  if (np > (bytes.size() - c.pos) / 13) fail("optimizer state is corrupt ({} parameters in {} bytes)", np, bytes.size());
+  if (np > (bytes.size() - c.pos) / 13)
+    fail("optimizer state is corrupt ({} parameters in {} bytes)", np, bytes.size());
   t.params.reserve(np);
   for (uint32_t i = 0; i < np; ++i) {
     OptimStateEntry e;

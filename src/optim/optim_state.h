@@ -14,8 +14,8 @@ inline constexpr char kOptimStateMagic[8] = {'C', 'L', 'M', 'O', 'P', 'T', '1', 
 struct OptimStateEntry {
   std::string name;
   bool muon = false;
-  uint64_t n = 0;           // elements
-  std::string_view m, v;    // 4n bytes each (v empty for Muon), pointing into the parsed bytes
+  uint64_t n = 0;         // elements
+  std::string_view m, v;  // 4n bytes each (v empty for Muon), pointing into the parsed bytes
 };
 struct OptimStateTable {
   int64_t steps[4] = {0, 0, 0, 0};  // matrix, embed, head, scalar

@@ -452,7 +452,9 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& file) {
   }
 }
 
-static Tokenizer load_clocklm(const std::string& file) { return Tokenizer::from_json(read_file(file), file); }
+static Tokenizer load_clocklm(const std::string& file) {
+  return Tokenizer::from_json(read_file(file), file);
+}
 
 Tokenizer Tokenizer::load(const std::string& path) {
   std::error_code ec;
