@@ -219,3 +219,30 @@ TEST(Config, AnalyticCountsMatchTheModel) {
     EXPECT_NEAR(flops_per_token(c.model, 16) / model.flops_per_token(16), 1.0, 1e-9);
   }
 }
+
+// Values that do not fit their field are refused instead of converted: a double beyond float's
+// range (undefined behaviour to convert), an integer one past int64, nesting deeper than any key,
+// shapes beyond any model (their sizes would overflow), durations that overflow to infinity.
+TEST(Config, OutOfRangeValuesAreRefused) {
+  auto from_text = [](const std::string& text) {
+    return error_of([&] { validate(config_from_json_text(text, "c.json", "c")); });
+  };
+  EXPECT_EQ(from_text(R"({"base": "d4", "model": {"vocab_size": 300}})"), "");
+  EXPECT_NE(from_text(R"({"base": "d4", "optim": {"matrix": {"lr": 1e300}}})").find("must be a number"),
+            std::string::npos);
+  EXPECT_NE(from_text(R"({"train": {"max_steps": 9223372036854775808}})").find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(from_text(R"({"train": {"max_steps": 9.3e18}})").find("must be an integer"), std::string::npos);
+  EXPECT_NE(from_text(R"({"model": {"a": {"b": {"c": 1}}}})").find("nested too deep"), std::string::npos);
+  EXPECT_NE(from_text("[1, 2").find("malformed JSON"), std::string::npos);
+  // A number too large for a double is nlohmann's out_of_range, not a parse_error (found by fuzzing).
+  EXPECT_NE(from_text(R"({"base": 333332.33333e333})").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d4", {"optim.matrix.lr=1e39"}); }).find("must be a number"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d4", {"vocab_size=2147483647"}); }).find("beyond any supported model"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("d4", {"n_layer=100000"}); }).find("beyond any supported model"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("1e308h"); }).find("too long"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("nan"); }).find("malformed duration"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5h"), 5400.0);
+}

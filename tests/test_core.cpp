@@ -360,3 +360,37 @@ TEST(CoreBundle, MalformedInputIsAClearError) {
   EXPECT_THROW(load_core_tasks(dir + "/nonexistent"), Error);
   std::filesystem::remove_all(dir);
 }
+
+// Fields of the wrong type, escapes that are not hex or beyond Unicode, absurd few-shot counts and
+// a gold index that would wrap into range are clear errors.
+TEST(CoreBundle, WrongTypesAndRangesAreClearErrors) {
+  const std::string csv = "Eval Task,Random baseline\nt,25\n";
+  auto tasks = [&](const std::string& yaml) {
+    try {
+      parse_core_tasks(yaml, csv, "core.yaml", "meta.csv");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string item = "icl_tasks:\n- label: t\n  dataset_uri: x.jsonl\n  icl_task_type: schema\n";
+  EXPECT_EQ(tasks(item + "  num_fewshot: [3]\n"), "(no error)");
+  EXPECT_NE(tasks("icl_tasks:\n- label: [t]\n  dataset_uri: x\n  icl_task_type: schema\n  num_fewshot: 0\n")
+                .find("must be a string"),
+            std::string::npos);
+  EXPECT_NE(tasks(item + "  num_fewshot: [99999999999]\n").find("bad num_fewshot"), std::string::npos);
+  EXPECT_THROW(parse_core_yaml("a: \"\\x+1\"\n", "y"), Error);
+  EXPECT_THROW(parse_core_yaml("a: \"\\UFFFFFFFF\"\n", "y"), Error);
+  EXPECT_EQ(parse_core_yaml("a: \"\\u00e9\"\n", "y")["a"], "\xC3\xA9");
+  // Bytes that are not UTF-8 (raw or spelled as a surrogate escape) are refused where they are read,
+  // not when a value reaches JSON output or an error message (found by fuzzing).
+  EXPECT_THROW(parse_core_yaml("a: \xff\n", "y"), Error);
+  EXPECT_THROW(parse_core_yaml("a: \"\\uD800\"\n", "y"), Error);
+  EXPECT_NE(tasks("icl_tasks:\n- label: \xfe\n  dataset_uri: x\n  icl_task_type: schema\n  num_fewshot: 0\n")
+                .find("not valid UTF-8"),
+            std::string::npos);
+  CoreTask mc;
+  auto items = parse_core_items("{\"query\": \"q\", \"choices\": [\"a\", \"b\"], \"gold\": 4294967296}\n", "t.jsonl");
+  EXPECT_THROW(render_core_prompts(mc, items.at(0), {}), Error);
+  EXPECT_THROW(parse_core_items("{\"a\": 1}\n[1]\n", "t.jsonl"), Error);
+}

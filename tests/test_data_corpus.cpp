@@ -58,6 +58,10 @@ TEST(DataCorpus, JsonLineParser) {
                           R"({"text": "a", "n": 01})", R"({"text": "bad \q escape"})", "{\"text\": \"ctl\x01\"}",
                           R"({"text": "a", "v": tru})", R"({text: "a"})", "not json at all"})
     EXPECT_EQ(parse_jsonl_text(bad, t), JsonLineResult::malformed) << bad;
+  // A repeated key counts with its last value, as nlohmann::json reads it (found by fuzzing).
+  EXPECT_EQ(parse_jsonl_text(R"({"text": 5, "text": "last"})", t), JsonLineResult::ok);
+  EXPECT_EQ(t, "last");
+  EXPECT_EQ(parse_jsonl_text(R"({"text": "first", "text": null})", t), JsonLineResult::malformed);
 }
 
 TEST(DataCorpus, ReadsAllFormatsAndCountsMalformed) {

@@ -114,3 +114,38 @@ TEST(DataShard, DatasetInfoErrors) {
   EXPECT_EQ(info.vocab_size, 10u);
   fs::remove_all(d);
 }
+
+// A header claiming more tokens than the file holds (up to 2^64-1) is refused from the file size
+// alone, before anything is read or allocated; so is a vocabulary that does not fit the width.
+TEST(DataShard, AbsurdHeaderSizesAreRefused) {
+  auto d = temp_dir("shard_absurd");
+  write_shard((d / "a.bin").string(), {1, 2, 3}, 10);
+  std::string bytes = read_file((d / "a.bin").string());
+  for (uint64_t n : {uint64_t(4), uint64_t(1) << 62, ~uint64_t(0)}) {
+    std::string b = bytes;
+    std::memcpy(b.data() + 16, &n, 8);
+    write_raw(d / "big.bin", b);
+    expect_refused(d / "big.bin", "truncated");
+  }
+  std::string b = bytes;
+  uint32_t vocab = 100000;  // needs 4-byte tokens, but the header says 2
+  std::memcpy(b.data() + 24, &vocab, 4);
+  write_raw(d / "vocab.bin", b);
+  expect_refused(d / "vocab.bin", "does not fit its token width");
+  EXPECT_THROW(parse_shard_header(bytes.data(), 31, "short"), Error);
+  fs::remove_all(d);
+}
+
+// The manifest names shards inside its folder only, and a BOS id inside the vocabulary.
+TEST(DataShard, ManifestShardNamesAndBosAreChecked) {
+  auto manifest = [](const std::string& file, int bos) {
+    return fmt::format(R"({{"tokenizer": {{"bos_id": {}, "vocab_size": 10}},
+                           "splits": {{"train": {{"shards": [{{"file": "{}"}}]}}, "val": {{"shards": []}}}}}})",
+                       bos, file);
+  };
+  EXPECT_EQ(parse_dataset_manifest(manifest("train_000000.bin", 0), "/d").train_shards.at(0), "/d/train_000000.bin");
+  for (const char* bad : {"../secret.bin", "/etc/passwd", "..", "sub/train.bin"})
+    EXPECT_THROW(parse_dataset_manifest(manifest(bad, 0), "/d"), Error) << bad;
+  EXPECT_THROW(parse_dataset_manifest(manifest("t.bin", 10), "/d"), Error);
+  EXPECT_THROW(parse_dataset_manifest(R"({"tokenizer": {"bos_id": -1, "vocab_size": 10}})", "/d"), Error);
+}

@@ -167,3 +167,26 @@ TEST(ExpSweep, CliDryRunAndSpecErrors) {
       << out;
   fs::remove_all(d);
 }
+
+// Names become folders: the sweep name and grid-made run names can never be "." or "..", and a
+// grid whose size would wrap around is refused.
+TEST(ExpSweep, NamesStayInsideTheSweepFolder) {
+  json ok = {{"config", "d4"}, {"data", "d"}, {"budget", "1m"}};
+  json j = ok;
+  j["name"] = "../up";
+  EXPECT_NE(error_of(j).find("plain folder name"), std::string::npos);
+  j = ok;
+  j["grid"] = {{"", {"x"}}};
+  EXPECT_NE(error_of(j).find("not a config key"), std::string::npos);
+  j = ok;
+  j["grid"] = {{".", {"."}}};
+  SweepSpec s = parse_sweep_spec(j, "", "s");
+  ASSERT_EQ(s.runs.size(), 1u);
+  EXPECT_NE(s.runs[0].name[0], '.');
+  j = ok;
+  j["grid"] = json::object();
+  for (int a = 0; a < 70; ++a) j["grid"][fmt::format("k{}", a)] = {1, 2};
+  EXPECT_NE(error_of(j).find("more than 1000 points"), std::string::npos);
+  EXPECT_EQ(parse_sweep_spec_text(R"({"config": "d4", "data": "d", "budget": "1m"})", "/x/my spec.json").name,
+            "my_spec");
+}

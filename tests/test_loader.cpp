@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -252,5 +253,27 @@ TEST(DataLoader, ErrorsAreClear) {
   o.split = "train";
   o.dir = (s.dir / "nope").string();
   EXPECT_THROW(DataLoader{o}, Error);
+  fs::remove_all(s.dir);
+}
+
+// A token id at or past the vocabulary (a corrupt shard) would index past the embedding table; the
+// loader refuses it with a message naming the shard.
+TEST(DataLoader, TokenBeyondTheVocabularyIsRefused) {
+  auto s = make_dataset("loader_badtok", 2, 1);
+  std::string shard = (s.dir / "val_000000.bin").string();
+  std::string bytes = read_file(shard);
+  uint32_t bad = kVocab + 5;
+  std::memcpy(bytes.data() + kShardHeaderBytes + 4 * 3, &bad, 4);
+  atomic_write(shard, bytes);
+  auto o = opts(s, "val", 1, 8);
+  o.prefetch = false;
+  DataLoader dl(o);
+  std::vector<int32_t> in(8), tg(8);
+  try {
+    dl.next(in.data(), tg.data());
+    FAIL() << "a token beyond the vocabulary was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("val_000000.bin is corrupt"), std::string::npos) << e.what();
+  }
   fs::remove_all(s.dir);
 }

@@ -12,6 +12,7 @@
 #include "backend/cpu/optim_kernels.h"
 #include "backend/cpu/newton_schulz.h"
 #include "optim/optim.h"
+#include "optim/optim_state.h"
 
 using namespace clm;
 
@@ -342,4 +343,30 @@ TEST(Optim, SaveLoadContinuesBitExactAndRefusesMismatch) {
   Optimizer D(pb, adam);
   std::istringstream in3(blob);
   EXPECT_THROW(D.load(in3), Error);
+}
+
+// The optimizer table is parsed against the bytes that remain: absurd parameter or element counts,
+// an unknown kind and trailing bytes are refused before anything is sized from them.
+TEST(Optim, StateTableWithAbsurdSizesIsRefused) {
+  auto state = [](uint32_t np, uint64_t n, uint8_t kind) {
+    std::string s(kOptimStateMagic, 8);
+    s.append(reinterpret_cast<const char*>(&np), 4);
+    s.append(32, '\0');  // step counts
+    uint32_t len = 1;
+    s.append(reinterpret_cast<const char*>(&len), 4);
+    s += "w";
+    s += char(kind);
+    s.append(reinterpret_cast<const char*>(&n), 8);
+    s.append(8 * 2, '\0');  // two floats of m and v
+    return s;
+  };
+  OptimStateTable t = parse_optim_state(state(1, 2, 0));
+  ASSERT_EQ(t.params.size(), 1u);
+  EXPECT_EQ(t.params[0].m.size(), 8u);
+  EXPECT_THROW(parse_optim_state(state(4000000000u, 2, 0)), Error);
+  EXPECT_THROW(parse_optim_state(state(1, uint64_t(1) << 62, 0)), Error);
+  EXPECT_THROW(parse_optim_state(state(1, ~uint64_t(0), 0)), Error);
+  EXPECT_THROW(parse_optim_state(state(1, 2, 7)), Error);
+  EXPECT_THROW(parse_optim_state(state(1, 2, 1)), Error);  // Muon keeps one moment: bytes left over
+  EXPECT_THROW(parse_optim_state(state(1, 2, 0).substr(0, 20)), Error);
 }

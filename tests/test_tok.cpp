@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <set>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -317,4 +318,42 @@ TEST(Tok, PreSplitFastPathEqualsPcre2) {
       ASSERT_EQ(a, b) << "pattern " << pattern << " differs on a string of " << s.size() << " bytes";
     }
   }
+}
+
+// Sizes in a tokenizer file are checked against the file's own content before any table is sized
+// from them: a declared vocabulary that the lists do not fill, merges whose texts double in length
+// with every merge (a few dozen would spell terabytes), ids that are not integers of the right
+// range, and GPT-2 ids beyond the entry count.
+TEST(Tok, AbsurdSizesAreRefusedBeforeAllocating) {
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  nlohmann::json base = {{"format", "clocklm-bpe"}, {"version", 1}, {"kind", "bpe"}, {"pattern", kGpt4Pattern},
+                         {"vocab_size", 257}, {"bos", 256}, {"merges", nlohmann::json::array()}};
+  base["special_tokens"] = nlohmann::json::array({nlohmann::json::array({"<|bos|>", 256})});
+  base["byte_ids"] = nlohmann::json::array();
+  for (int b = 0; b < 256; ++b) base["byte_ids"].push_back(b);
+  EXPECT_EQ(error_of([&] { Tokenizer::from_json(base.dump(), "t.json"); }), "(no error)");
+  auto j = base;
+  j["vocab_size"] = 4000000000u;
+  EXPECT_NE(error_of([&] { Tokenizer::from_json(j.dump(), "t.json"); }).find("does not match"), std::string::npos);
+  j = base;
+  j["bos"] = 1e300;  // a float where an id belongs
+  EXPECT_NE(error_of([&] { Tokenizer::from_json(j.dump(), "t.json"); }).find("bos must be an integer"),
+            std::string::npos);
+  // Merge r joins id 255+r with itself: the text doubles each time, 2^60 bytes after 60 merges.
+  j = base;
+  j["merges"].push_back({97, 97, 257});
+  for (uint32_t r = 1; r < 60; ++r) j["merges"].push_back({256 + r, 256 + r, 257 + r});
+  j["vocab_size"] = 257 + 60;
+  EXPECT_NE(error_of([&] { Tokenizer::from_json(j.dump(), "t.json"); }).find("more than"), std::string::npos);
+  // GPT-2: an id far beyond the number of entries.
+  nlohmann::json enc = {{"a", 0}, {"<|endoftext|>", 4000000000u}};
+  EXPECT_NE(error_of([&] { parse_gpt2(enc.dump(), "#version: 0.2\n", "gpt2"); }).find("not a number below 2"),
+            std::string::npos);
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <string_view>
 #include <variant>
 
 #include "core/common.h"
@@ -87,6 +88,13 @@ std::vector<Field> fields_of(RunConfig& c) {
   return f;
 }
 
+// A finite value that T holds without overflow (a double outside float's range converts to
+// undefined behaviour, not to infinity).
+template <typename T>
+bool fits(double d) {
+  return std::isfinite(d) && std::fabs(d) <= double(std::numeric_limits<T>::max());
+}
+
 const char* type_name(const FieldPtr& p) {
   switch (p.index()) {
     case 0: case 1: return "an integer";
@@ -110,19 +118,28 @@ void set_from_json(const Field& f, const nlohmann::json& v) {
           if (!v.is_string()) bad();
           *p = v.get<std::string>();
         } else if constexpr (std::is_floating_point_v<T>) {
-          if (!v.is_number()) bad();
+          if (!v.is_number() || !fits<T>(v.get<double>())) bad();
           *p = T(v.get<double>());
         } else if constexpr (std::is_same_v<T, uint64_t>) {
-          if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) bad();
+          if (!v.is_number_unsigned()) bad();
           *p = v.get<uint64_t>();
+        } else if (v.is_number_unsigned()) {
+          if (v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())) bad();
+          *p = T(v.get<uint64_t>());
+        } else if (v.is_number_integer()) {
+          int64_t i = v.get<int64_t>();
+          if (i < int64_t(std::numeric_limits<T>::min()) || i > int64_t(std::numeric_limits<T>::max()))
+            bad();
+          *p = T(i);
         } else {
-          if (!v.is_number_integer()) {
-            // Accept 3.0 for an integer, but not 3.5.
-            if (!v.is_number_float() || std::floor(v.get<double>()) != v.get<double>()) bad();
-          }
+          // Accept 3.0 for an integer, but not 3.5. T's range is [min, -min): -min is a power of
+          // two, exact as a double, unlike max.
+          if (!v.is_number_float()) bad();
           double d = v.get<double>();
-          if (d < double(std::numeric_limits<T>::min()) || d > double(std::numeric_limits<T>::max())) bad();
-          *p = T(v.is_number_integer() ? v.get<int64_t>() : int64_t(d));
+          if (std::floor(d) != d || !(d >= double(std::numeric_limits<T>::min())) ||
+              !(d < -double(std::numeric_limits<T>::min())))
+            bad();
+          *p = T(d);
         }
       },
       f.ptr);
@@ -144,7 +161,7 @@ void set_from_text(const Field& f, const std::string& text) {
           char* end = nullptr;
           errno = 0;
           double d = std::strtod(text.c_str(), &end);
-          if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(d)) bad();
+          if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !fits<T>(d)) bad();
           *p = T(d);
         } else if constexpr (std::is_same_v<T, uint64_t>) {
           char* end = nullptr;
@@ -178,11 +195,18 @@ nlohmann::json get_json(const Field& f) {
 }
 
 // Flatten nested objects to dotted keys ("model": {"n_layer": 8} -> "model.n_layer").
-void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, nlohmann::json>>& out) {
+// Keys are at most three levels deep ("optim.matrix.lr": two nested objects), so deeper nesting is
+// refused before the recursion could run deep on a hostile file.
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, nlohmann::json>>& out, int depth = 0) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (it->is_object()) flatten(*it, key, out);
-    else out.emplace_back(key, *it);
+    if (it->is_object()) {
+      if (depth >= 2) fail("unknown config key '{}' (nested too deep)", key);
+      flatten(*it, key, out, depth + 1);
+    } else {
+      out.emplace_back(key, *it);
+    }
   }
 }
 
@@ -320,27 +344,25 @@ RunConfig run_config_from_json(const nlohmann::json& j) {
   return c;
 }
 
-RunConfig load_config(const std::string& name_or_path, const std::vector<std::string>& overrides) {
-  RunConfig c;
-  if (!find_preset(name_or_path, c)) {
-    if (!path_exists(name_or_path))
-      fail("config '{}' is neither a preset ({}) nor an existing file", name_or_path,
-           fmt::join(preset_names(), ", "));
-    std::string text = read_file(name_or_path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}: malformed JSON: {}", name_or_path, e.what());
-    }
-    c = RunConfig{};
-    if (j.is_object() && j.contains("base")) {
-      if (!j["base"].is_string() || !find_preset(j["base"].get<std::string>(), c))
-        fail("{}: 'base' must name a preset ({})", name_or_path, fmt::join(preset_names(), ", "));
-    }
-    c.name = std::filesystem::path(name_or_path).stem().string();
-    apply_json(c, j, name_or_path);
+RunConfig config_from_json_text(std::string_view text, const std::string& where,
+                                const std::string& name) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // also a number too large for a double
+    fail("{}: malformed JSON: {}", where, e.what());
   }
+  RunConfig c;
+  if (j.is_object() && j.contains("base")) {
+    if (!j["base"].is_string() || !find_preset(j["base"].get<std::string>(), c))
+      fail("{}: 'base' must name a preset ({})", where, fmt::join(preset_names(), ", "));
+  }
+  c.name = name;
+  apply_json(c, j, where);
+  return c;
+}
+
+void apply_overrides(RunConfig& c, const std::vector<std::string>& overrides) {
   auto fields = fields_of(c);
   for (const std::string& ov : overrides) {
     auto eq = ov.find('=');
@@ -362,12 +384,36 @@ RunConfig load_config(const std::string& name_or_path, const std::vector<std::st
     }
     set_from_text(*hits[0], value);
   }
+}
+
+RunConfig load_config(const std::string& name_or_path, const std::vector<std::string>& overrides) {
+  RunConfig c;
+  if (!find_preset(name_or_path, c)) {
+    if (!path_exists(name_or_path))
+      fail("config '{}' is neither a preset ({}) nor an existing file", name_or_path,
+           fmt::join(preset_names(), ", "));
+    c = config_from_json_text(read_file(name_or_path), name_or_path,
+                              std::filesystem::path(name_or_path).stem().string());
+  }
+  apply_overrides(c, overrides);
   validate(c);
   return c;
 }
 
 void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
+  // Upper bounds far beyond any model this code can train, which keep every size computed from the
+  // shape (parameter counts, FLOPs, buffer sizes) free of integer overflow.
+  auto at_most = [](const char* key, int64_t v, int64_t max) {
+    if (v > max) fail("{} is {}, beyond any supported model (at most {})", key, v, max);
+  };
+  at_most("model.n_layer", m.n_layer, 1 << 12);
+  at_most("model.d_model", m.d_model, 1 << 17);
+  at_most("model.head_dim", m.head_dim, 1 << 14);
+  at_most("model.vocab_size", m.vocab_size, 1 << 24);
+  at_most("model.seq_len", m.seq_len, 1 << 22);
+  at_most("train.micro_batch", c.train.micro_batch, 1 << 20);
+  at_most("train.eval_batch", c.train.eval_batch, 1 << 20);
   if (m.n_layer <= 0) fail("model.n_layer must be >= 1, got {}", m.n_layer);
   if (m.d_model <= 0) fail("model.d_model must be >= 1, got {}", m.d_model);
   if (m.n_head <= 0) fail("model.n_head must be >= 1, got {}", m.n_head);

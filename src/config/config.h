@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,12 @@ struct RunConfig {
 // Preset names (baseline-50m, d4..d20, byte-11m, ...) or a path to a .json config file, then overrides
 // "section.key=value" (or a unique bare "key=value"). Unknown keys and invalid values throw Error.
 RunConfig load_config(const std::string& name_or_path, const std::vector<std::string>& overrides = {});
+// The config a JSON text describes: its "base" preset (if any), then its keys, named `name`;
+// `where` names the text in errors. Not validated (load_config validates after the overrides).
+RunConfig config_from_json_text(std::string_view text, const std::string& where,
+                                const std::string& name);
+// Apply `--set key=value` overrides in order (a unique bare or partial key is accepted).
+void apply_overrides(RunConfig& cfg, const std::vector<std::string>& overrides);
 void validate(const RunConfig& cfg);  // throws Error with a one-line message
 nlohmann::json to_json(const RunConfig& cfg);
 RunConfig run_config_from_json(const nlohmann::json& j);  // strict: unknown keys throw

@@ -115,6 +115,7 @@ double parse_duration(std::string_view s) {
   if (str.empty() || end != str.c_str() + str.size() || !std::isfinite(v))
     fail("malformed duration '{}' (expected e.g. 90s, 30m, 1.5h)", s);
   if (v < 0) fail("negative duration '{}'", s);
+  if (!std::isfinite(v * mult)) fail("duration '{}' is too long", s);
   return v * mult;
 }
 

@@ -398,13 +398,16 @@ JsonLineResult parse_jsonl_text(std::string_view line, std::string& text) {
       if (s.p >= s.end || *s.p != ':') return JsonLineResult::malformed;
       ++s.p;
       s.ws();
-      if (key == "text") {
-        if (s.p >= s.end || *s.p != '"') return JsonLineResult::malformed;  // "text" must be a string
+      if (key == "text" && s.p < s.end && *s.p == '"') {
         text.clear();
         if (!s.string(&text)) return JsonLineResult::malformed;
         have_text = true;
       } else if (!s.value(1)) {
         return JsonLineResult::malformed;
+      } else if (key == "text") {
+        // A repeated key counts with its last value (as nlohmann::json reads it), so a later
+        // "text" that is not a string makes the line malformed and a later string one fixes it.
+        have_text = false;
       }
       s.ws();
       if (s.p < s.end && *s.p == ',') { ++s.p; continue; }

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "core/common.h"
+#include "core/json_get.h"
 
 namespace clm {
 
@@ -112,27 +113,11 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, u
 
 // ---- reader ---------------------------------------------------------------------------------
 
-Shard Shard::open(const std::string& p) {
-  int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd < 0) fail("cannot open shard {}: {}", p, std::strerror(errno));
-  struct stat sb{};
-  if (::fstat(fd, &sb) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot stat shard {}: {}", p, std::strerror(e));
-  }
-  uint64_t fsize = uint64_t(sb.st_size);
-  if (fsize < kShardHeaderBytes) {
-    ::close(fd);
+ShardHeader parse_shard_header(const void* data, uint64_t fsize, const std::string& p) {
+  if (fsize < kShardHeaderBytes)
     fail("{} is not a clocklm token shard: {} bytes, shorter than the {}-byte header", p, fsize,
          kShardHeaderBytes);
-  }
-  void* m = ::mmap(nullptr, fsize, PROT_READ, MAP_SHARED, fd, 0);
-  int e = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) fail("cannot map shard {}: {}", p, std::strerror(e));
-  std::shared_ptr<void> mapping(m, [fsize](void* q) { ::munmap(q, fsize); });
-  const char* h = (const char*)m;
+  const char* h = static_cast<const char*>(data);
   if (std::memcmp(h, kMagic, 8) != 0) fail("{} is not a clocklm token shard (bad magic)", p);
   uint32_t version, width, vocab;
   uint64_t n;
@@ -143,19 +128,43 @@ Shard Shard::open(const std::string& p) {
   if (version != kShardVersion)
     fail("{} has shard format version {}, this clocklm reads version {}", p, version, kShardVersion);
   if (width != 2 && width != 4) fail("{} has invalid token width {} (expected 2 or 4)", p, width);
+  if (vocab == 0 || shard_width_for(vocab) != width)
+    fail("{} has vocab_size {}, which does not fit its token width {}", p, vocab, width);
   uint64_t avail = fsize - kShardHeaderBytes;
   if (avail % width != 0 || avail / width != n) {
     if (n > avail / width)
       fail("{} is truncated: header says {} tokens but the file holds only {} bytes of tokens", p, n, avail);
-    fail("{} is padded: header says {} tokens ({} bytes) but the file holds {} bytes of tokens", p, n,
-         n * width, avail);
+    fail("{} is padded: header says {} tokens but the file holds {} bytes of tokens", p, n, avail);
   }
+  return {width, n, vocab};
+}
+
+Shard Shard::open(const std::string& p) {
+  int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot open shard {}: {}", p, std::strerror(errno));
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot stat shard {}: {}", p, std::strerror(e));
+  }
+  uint64_t fsize = uint64_t(sb.st_size);
+  if (fsize < kShardHeaderBytes) {  // nothing to map: the header check fails on the size alone
+    ::close(fd);
+    parse_shard_header(nullptr, fsize, p);
+  }
+  void* m = ::mmap(nullptr, fsize, PROT_READ, MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) fail("cannot map shard {}: {}", p, std::strerror(e));
+  std::shared_ptr<void> mapping(m, [fsize](void* q) { ::munmap(q, fsize); });
+  ShardHeader hd = parse_shard_header(m, fsize, p);
   Shard s;
   s.path = p;
-  s.width = width;
-  s.n_tokens = n;
-  s.vocab_size = vocab;
-  s.data = h + kShardHeaderBytes;
+  s.width = hd.width;
+  s.n_tokens = hd.n_tokens;
+  s.vocab_size = hd.vocab_size;
+  s.data = static_cast<const char*>(m) + kShardHeaderBytes;
   s.mapping = std::move(mapping);
   return s;
 }
@@ -168,27 +177,46 @@ const std::vector<std::string>& DatasetInfo::shards(const std::string& split) co
   fail("unknown split '{}' (expected train or val)", split);
 }
 
-DatasetInfo read_dataset_info(const std::string& dir) {
+// A shard named in the manifest must be a plain file name inside the dataset folder.
+static bool plain_file_name(const std::string& f) {
+  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+         f.find('\0') == std::string::npos;
+}
+
+DatasetInfo parse_dataset_manifest(std::string_view text, const std::string& dir) {
   DatasetInfo info;
   info.dir = dir;
   std::string mpath = (fs::path(dir) / "manifest.json").string();
-  if (!fs::is_directory(dir)) fail("dataset folder {} does not exist", dir);
-  if (!fs::exists(mpath))
-    fail("{} is not a prepared dataset (no manifest.json); create it with `clocklm prepare --out {}`", dir, dir);
   try {
-    info.manifest = nlohmann::json::parse(read_file(mpath));
+    info.manifest = nlohmann::json::parse(text);
     const auto& tok = info.manifest.at("tokenizer");
-    info.bos_id = tok.at("bos_id").get<uint32_t>();
-    info.vocab_size = tok.at("vocab_size").get<uint32_t>();
-    info.tokenizer_hash = tok.value("hash", "");
+    info.bos_id = json_int<uint32_t>(tok.at("bos_id"), mpath + ": tokenizer.bos_id");
+    info.vocab_size = json_int<uint32_t>(tok.at("vocab_size"), mpath + ": tokenizer.vocab_size");
+    if (tok.contains("hash")) info.tokenizer_hash = json_str(tok["hash"], mpath + ": tokenizer.hash");
     for (const char* split : {"train", "val"}) {
       auto& out = std::string(split) == "train" ? info.train_shards : info.val_shards;
-      for (const auto& sh : info.manifest.at("splits").at(split).at("shards"))
-        out.push_back((fs::path(dir) / sh.at("file").get<std::string>()).string());
+      const auto& shards = info.manifest.at("splits").at(split).at("shards");
+      if (!shards.is_array()) fail("{}: splits.{}.shards must be a list", mpath, split);
+      for (const auto& sh : shards) {
+        const std::string& f = json_str(sh.at("file"), mpath + ": shard file");
+        if (!plain_file_name(f)) fail("{}: shard file '{}' is not a file name inside the folder", mpath, f);
+        out.push_back((fs::path(dir) / f).string());
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{} is malformed: {}", mpath, e.what());
   }
+  if (info.vocab_size == 0 || info.bos_id >= info.vocab_size)
+    fail("{}: tokenizer.bos_id {} is not below tokenizer.vocab_size {}", mpath, info.bos_id, info.vocab_size);
+  return info;
+}
+
+DatasetInfo read_dataset_info(const std::string& dir) {
+  std::string mpath = (fs::path(dir) / "manifest.json").string();
+  if (!fs::is_directory(dir)) fail("dataset folder {} does not exist", dir);
+  if (!fs::exists(mpath))
+    fail("{} is not a prepared dataset (no manifest.json); create it with `clocklm prepare --out {}`", dir, dir);
+  DatasetInfo info = parse_dataset_manifest(read_file(mpath), dir);
   for (const auto* list : {&info.train_shards, &info.val_shards})
     for (const auto& p : *list)
       if (!fs::exists(p)) fail("dataset {} is incomplete: {} is missing", dir, p);

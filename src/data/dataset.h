@@ -1,9 +1,10 @@
 // A prepared dataset folder (output of `clocklm prepare`): tokenizer, manifest, train/val shards.
-// Layout and the shard binary format are documented in docs/FORMATS.md. Owned by issue 3.
+// Layout and the shard binary format are documented in docs/FORMATS.md.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,15 @@ struct Shard {
   const void* data = nullptr;  // points into the mapping, past the header
   std::shared_ptr<void> mapping;  // keeps the mmap alive
 };
+
+// The fields of a shard's 32-byte header, validated against the file's size (magic, version,
+// width, and n_tokens * width == size - 32 exactly). Throws Error naming `what`.
+struct ShardHeader {
+  uint32_t width = 2;
+  uint64_t n_tokens = 0;
+  uint32_t vocab_size = 0;
+};
+ShardHeader parse_shard_header(const void* data, uint64_t file_size, const std::string& what);
 
 // Write tokens as a shard (atomically). width is chosen from vocab_size (2 if it fits in uint16).
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t vocab_size);
@@ -61,6 +71,8 @@ struct DatasetInfo {
   const std::vector<std::string>& shards(const std::string& split) const;  // "train" or "val"
 };
 DatasetInfo read_dataset_info(const std::string& dir);
+// The manifest part of read_dataset_info, from manifest.json's text (shard files not checked).
+DatasetInfo parse_dataset_manifest(std::string_view text, const std::string& dir);
 
 struct Dataset {
   static Dataset open(const std::string& dir);  // reads manifest.json + tokenizer; throws Error

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/common.h"
+#include "core/json_get.h"
 #include "data/dataset.h"
 
 namespace clm {
@@ -63,13 +64,18 @@ struct LoaderImpl {
       const Shard& sh = shards[s];
       uint64_t off = pos - shard_start[s];
       size_t take = size_t(std::min<uint64_t>(n, sh.n_tokens - off));
+      // A token id at or past the vocabulary would index past the model's embedding table, so a
+      // corrupt shard is refused here, where every token passes on its way to the model.
+      uint32_t mx = 0;
       if (sh.width == 2) {
         const uint16_t* src = (const uint16_t*)sh.data + off;
-        for (size_t i = 0; i < take; ++i) out[i] = int32_t(src[i]);
+        for (size_t i = 0; i < take; ++i) mx = std::max<uint32_t>(mx, src[i]), out[i] = int32_t(src[i]);
       } else {
         const uint32_t* src = (const uint32_t*)sh.data + off;
-        for (size_t i = 0; i < take; ++i) out[i] = int32_t(src[i]);
+        for (size_t i = 0; i < take; ++i) mx = std::max(mx, src[i]), out[i] = int32_t(src[i]);
       }
+      if (take > 0 && mx >= sh.vocab_size)
+        fail("{} is corrupt: token id {} is not below its vocab_size {}", sh.path, mx, sh.vocab_size);
       out += take;
       n -= take;
       pos += take;
@@ -269,7 +275,8 @@ void DataLoader::restore(const nlohmann::json& st) {
         fail("loader state does not fit this loader: {} is {} in the checkpoint but {} now", key,
              st.at(key).dump(), mine.dump());
     };
-    if (st.at("version").get<int>() != 1) fail("loader state version {} is not supported", st.at("version").dump());
+    if (json_int<int>(st.at("version"), "loader state version") != 1)
+      fail("loader state version {} is not supported", st.at("version").dump());
     check("split", L.opt.split);
     check("T", L.opt.T);
     check("seed", L.opt.seed);
@@ -277,7 +284,7 @@ void DataLoader::restore(const nlohmann::json& st) {
     check("shuffle", L.opt.shuffle);
     check("rows", L.row_start.size());
     check("tokens", L.n_tokens);
-    uint64_t row = st.at("row").get<uint64_t>();
+    uint64_t row = json_int<uint64_t>(st.at("row"), "loader state row");
     L.halt();
     L.consumed = row;
   } catch (const nlohmann::json::exception& e) {

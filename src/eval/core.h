@@ -1,4 +1,4 @@
-// The CORE in-context benchmark (issue 4), following the published rules in docs/EVAL.md.
+// The CORE in-context benchmark, following the published rules in docs/EVAL.md.
 // The pipeline, one step per function so each is testable on its own:
 //   load_core_tasks (core.yaml + eval_meta_data.csv) -> load_core_items + core_shuffle ->
 //   core_fewshot_indices -> render_core_prompts -> build_core_example (tokens + scored spans,
@@ -56,8 +56,12 @@ std::vector<CoreTask> load_core_tasks(const std::string& bundle);
 nlohmann::json parse_core_yaml(std::string_view text, const std::string& what);
 // RFC 4180 CSV (quoted fields, "" escapes, newlines inside quotes) -> rows of fields.
 std::vector<std::vector<std::string>> parse_csv(std::string_view text, const std::string& what);
+// The same from the two files' contents; the paths name them in errors.
+std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv,
+                                       const std::string& ypath, const std::string& mpath);
 // One JSON object per line; throws Error naming file and line.
 std::vector<nlohmann::json> load_core_items(const std::string& path);
+std::vector<nlohmann::json> parse_core_items(std::string_view text, const std::string& path);
 
 // ---- the published sampling rules ------------------------------------------------------------
 void core_shuffle(std::vector<nlohmann::json>& items);  // random.Random(1337).shuffle(items)

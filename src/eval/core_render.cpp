@@ -60,9 +60,9 @@ const nlohmann::json& list_field(const nlohmann::json& item, const char* key) {
 
 int gold_of(const nlohmann::json& item, size_t n_options) {
   if (!item.contains("gold") || !item["gold"].is_number_integer()) fail("CORE item without an integer 'gold'");
-  int g = item["gold"].get<int>();
-  if (g < 0 || (size_t)g >= n_options) fail("CORE item: gold {} outside 0..{}", g, n_options - 1);
-  return g;
+  int64_t g = item["gold"].get<int64_t>();  // wider than int, so a huge gold cannot wrap into range
+  if (g < 0 || (uint64_t)g >= n_options) fail("CORE item: gold {} outside 0..{}", g, n_options - 1);
+  return int(g);
 }
 
 }  // namespace

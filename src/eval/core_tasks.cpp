@@ -1,10 +1,12 @@
 // CORE bundle loading: the small YAML subset of core.yaml, the CSV of random baselines, and the
 // JSON Lines task files. Every malformed input is an Error naming the file and line.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "core/common.h"
+#include "core/json_get.h"
 #include "eval/core.h"
 
 namespace clm {
@@ -39,6 +41,13 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 // Parses one YAML scalar starting at s[i]; advances i past it. Stops plain scalars at `stops`.
 std::string yaml_scalar(std::string_view s, size_t& i, const std::string& where, const char* stops) {
   std::string out;
@@ -61,13 +70,16 @@ std::string yaml_scalar(std::string_view s, size_t& i, const std::string& where,
         case '/': out += '/'; break;
         case ' ': out += ' '; break;
         case 'x': case 'u': case 'U': {
-          int n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (i + n > s.size()) fail("{}: short \\{} escape", where, e);
-          std::string hex(s.substr(i, n));
-          char* endp = nullptr;
-          unsigned long cp = std::strtoul(hex.c_str(), &endp, 16);
-          if (*endp) fail("{}: bad \\{} escape", where, e);
-          append_utf8(out, (uint32_t)cp);
+          uint32_t cp = 0;
+          for (size_t k = 0; k < n; k++) {
+            int h = hex_digit(s[i + k]);
+            if (h < 0) fail("{}: bad \\{} escape", where, e);
+            cp = cp * 16 + uint32_t(h);
+          }
+          if (cp > 0x10FFFF) fail("{}: \\{} escape beyond Unicode", where, e);
+          append_utf8(out, cp);
           i += n;
           break;
         }
@@ -177,6 +189,13 @@ nlohmann::json parse_core_yaml(std::string_view text, const std::string& what) {
     if (cur->contains(key)) fail("{}: duplicate key '{}'", where, key);
     (*cur)[key] = yaml_value(body.substr(c + 1), where);
   }
+  // YAML is UTF-8; checked once here (escapes can also spell surrogates), so every later use of
+  // the values, such as writing them into the result JSON, can rely on it.
+  try {
+    (void)root.dump();
+  } catch (const nlohmann::json::type_error&) {
+    fail("{}: not valid UTF-8", what);
+  }
   return root;
 }
 
@@ -218,15 +237,14 @@ std::vector<std::vector<std::string>> parse_csv(std::string_view s, const std::s
   return rows;
 }
 
-std::vector<nlohmann::json> load_core_items(const std::string& path) {
-  std::string text = read_file(path);
+std::vector<nlohmann::json> parse_core_items(std::string_view text, const std::string& path) {
   std::vector<nlohmann::json> items;
   size_t pos = 0;
   int lineno = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string_view line(text.data() + pos, nl - pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
     lineno++;
     if (trim_ascii(line).empty()) continue;
@@ -240,15 +258,27 @@ std::vector<nlohmann::json> load_core_items(const std::string& path) {
   return items;
 }
 
+std::vector<nlohmann::json> load_core_items(const std::string& path) {
+  return parse_core_items(read_file(path), path);
+}
+
+// More shots than any published task uses by orders of magnitude; a larger count is a typo.
+constexpr long kMaxFewshot = 1000;
+
 std::vector<CoreTask> load_core_tasks(const std::string& bundle) {
   std::string ypath = bundle + "/core.yaml", mpath = bundle + "/eval_meta_data.csv";
   if (!path_exists(ypath)) fail("CORE bundle {}: core.yaml not found", bundle);
   if (!path_exists(mpath)) fail("CORE bundle {}: eval_meta_data.csv not found", bundle);
-  nlohmann::json y = parse_core_yaml(read_file(ypath), ypath);
+  return parse_core_tasks(read_file(ypath), read_file(mpath), ypath, mpath);
+}
+
+std::vector<CoreTask> parse_core_tasks(std::string_view yaml, std::string_view meta_csv,
+                                       const std::string& ypath, const std::string& mpath) {
+  nlohmann::json y = parse_core_yaml(yaml, ypath);
   if (!y.contains("icl_tasks") || !y["icl_tasks"].is_array() || y["icl_tasks"].empty())
     fail("{}: no 'icl_tasks' list", ypath);
 
-  auto csv = parse_csv(read_file(mpath), mpath);
+  auto csv = parse_csv(meta_csv, mpath);
   if (csv.empty()) fail("{}: empty", mpath);
   int col_task = -1, col_base = -1;
   for (int c = 0; c < (int)csv[0].size(); c++) {
@@ -263,7 +293,8 @@ std::vector<CoreTask> load_core_tasks(const std::string& bundle) {
     std::string name = trim_ascii(csv[r][col_task]), b = trim_ascii(csv[r][col_base]);
     char* endp = nullptr;
     double v = std::strtod(b.c_str(), &endp);
-    if (b.empty() || *endp) fail("{}: row {}: bad random baseline '{}'", mpath, r + 1, b);
+    if (b.empty() || *endp || !std::isfinite(v))
+      fail("{}: row {}: bad random baseline '{}'", mpath, r + 1, b);
     baselines[name] = v;
   }
 
@@ -274,21 +305,29 @@ std::vector<CoreTask> load_core_tasks(const std::string& bundle) {
       if (!t.contains(key)) fail("{}: task #{} has no '{}'", ypath, k + 1, key);
       return t[key];
     };
+    auto text = [&](const char* key) -> const std::string& {
+      return json_str(need(key), fmt::format("{}: task #{}: '{}'", ypath, k + 1, key));
+    };
     CoreTask task;
-    task.label = need("label").get<std::string>();
-    task.dataset_uri = need("dataset_uri").get<std::string>();
-    std::string type = need("icl_task_type").get<std::string>();
+    task.label = text("label");
+    task.dataset_uri = text("dataset_uri");
+    std::string type = text("icl_task_type");
     if (type == "multiple_choice") task.type = CoreTaskType::MultipleChoice;
     else if (type == "schema") task.type = CoreTaskType::Schema;
     else if (type == "language_modeling") task.type = CoreTaskType::LanguageModeling;
     else fail("{}: task '{}': unsupported icl_task_type '{}'", ypath, task.label, type);
     const auto& shots = need("num_fewshot");
-    std::string s0 = shots.is_array() ? (shots.empty() ? "" : shots[0].get<std::string>()) : shots.get<std::string>();
+    std::string what = fmt::format("{}: task '{}': num_fewshot", ypath, task.label);
+    std::string s0 =
+        shots.is_array() ? (shots.empty() ? "" : json_str(shots[0], what)) : json_str(shots, what);
     char* endp = nullptr;
     long nshot = std::strtol(s0.c_str(), &endp, 10);
-    if (s0.empty() || *endp || nshot < 0) fail("{}: task '{}': bad num_fewshot", ypath, task.label);
+    if (s0.empty() || *endp || nshot < 0 || nshot > kMaxFewshot)
+      fail("{}: task '{}': bad num_fewshot", ypath, task.label);
     task.num_fewshot = (int)nshot;
-    if (t.contains("continuation_delimiter")) task.delimiter = t["continuation_delimiter"].get<std::string>();
+    if (t.contains("continuation_delimiter"))
+      task.delimiter = json_str(t["continuation_delimiter"],
+                                fmt::format("{}: task '{}': continuation_delimiter", ypath, task.label));
     auto it = baselines.find(task.label);
     if (it == baselines.end()) fail("{}: no random baseline for task '{}'", mpath, task.label);
     task.random_baseline = it->second;

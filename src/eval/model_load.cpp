@@ -15,9 +15,9 @@ LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T, c
   LoadedModel m;
   if (!path_exists(path)) fail("checkpoint {} does not exist", path);
   m.checkpoint = fs::is_directory(path) ? latest_checkpoint(path) : path;
-  m.meta = read_checkpoint_meta(m.checkpoint);
-  if (!m.meta.contains("config")) fail("checkpoint {} has no config in its metadata", m.checkpoint);
-  m.cfg = run_config_from_json(m.meta["config"]);
+  uint64_t weight_bytes = 0;
+  m.meta = read_checkpoint_meta(m.checkpoint, &weight_bytes);
+  m.cfg = checkpoint_config(m.meta, weight_bytes, m.checkpoint);  // before the model is allocated
   fs::path rd = fs::path(m.checkpoint).parent_path().parent_path();
   if (!rd.empty() && fs::exists(rd / "run.json")) {
     m.run_dir = rd.string();

@@ -1,10 +1,11 @@
 // Sweeps: a JSON spec names a base config, dataset and budget plus a list and/or grid of config
 // overrides; `clocklm sweep SPEC` trains each variant one after another (each `clocklm train` a
 // child process, same budget and data) into one folder, then writes a comparison and a
-// leaderboard. Spec format: docs/EXPERIMENTS.md. Owned by issue 5.
+// leaderboard. Spec format: docs/EXPERIMENTS.md.
 #pragma once
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,8 @@ struct SweepSpec {
 // Error). Grid keys vary in file order, the first slowest. `base_dir` resolves relative config/data/core paths ("" = leave as given).
 SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& base_dir, const std::string& default_name);
 SweepSpec load_sweep_spec(const std::string& path);
+// The same from the spec file's text; `path` names it and resolves relative paths and the name.
+SweepSpec parse_sweep_spec_text(std::string_view text, const std::string& path);
 // Folder-safe run name for a set of overrides: {"optim.matrix.lr=0.02", "model.n_layer=6"} ->
 // "lr0.02-n_layer6" (the full key when two keys share their last component).
 std::string sweep_run_name(const std::vector<std::string>& sets);

@@ -9,11 +9,13 @@
 #include <tuple>
 #include <cstring>
 #include <istream>
+#include <iterator>
 #include <ostream>
 
 #include "backend/backend.h"
 #include "core/common.h"
 #include "core/profiler.h"
+#include "optim/optim_state.h"
 
 namespace clm {
 
@@ -36,7 +38,7 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-constexpr char kStateMagic[8] = {'C', 'L', 'M', 'O', 'P', 'T', '1', '\0'};
+constexpr const char* kStateMagic = kOptimStateMagic;
 
 }  // namespace
 
@@ -244,42 +246,32 @@ void Optimizer::save(std::ostream& out) const {
 
 void Optimizer::load(std::istream& in) {
   OptimizerImpl& s = *impl;
-  auto read = [&](void* dst, size_t n, const char* what) {
-    in.read(static_cast<char*>(dst), std::streamsize(n));
-    if (!in || size_t(in.gcount()) != n) fail("optimizer state truncated (reading {})", what);
-  };
-  char magic[8];
-  read(magic, 8, "magic");
-  if (std::memcmp(magic, kStateMagic, 8) != 0) fail("optimizer state has a bad magic (not a clocklm optimizer state)");
-  uint32_t np;
-  read(&np, 4, "parameter count");
-  if (np != s.states.size())
-    fail("optimizer state is for {} parameters, the model has {}", np, s.states.size());
-  int64_t t[4];
-  read(t, sizeof(t), "step counts");
-  // Read everything into a copy first so a failed load leaves the optimizer untouched.
+  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  OptimStateTable t = parse_optim_state(bytes);
+  if (t.params.size() != s.states.size())
+    fail("optimizer state is for {} parameters, the model has {}", t.params.size(), s.states.size());
+  // Check everything before copying, so a failed load leaves the optimizer untouched.
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const OptimStateEntry& e = t.params[i];
+    const OptState& st = s.states[i];
+    if (e.name != st.p->name)
+      fail("optimizer state parameter '{}' does not match the model's '{}'", e.name, st.p->name);
+    if (e.muon != st.muon)
+      fail("optimizer state for '{}' was {} but the config uses {}", e.name, e.muon ? "muon" : "adamw",
+           st.muon ? "muon" : "adamw");
+    if (e.n != uint64_t(st.n))
+      fail("optimizer state for '{}' has {} elements, the model {}", e.name, e.n, st.n);
+  }
   std::vector<float> storage(size_t(s.storage_n));
   const float* base = s.storage.as<float>();
-  for (const OptState& st : s.states) {
-    uint32_t len;
-    read(&len, 4, "name length");
-    if (len > 4096) fail("optimizer state is corrupt (name length {})", len);
-    std::string name(len, '\0');
-    read(name.data(), len, "name");
-    if (name != st.p->name) fail("optimizer state parameter '{}' does not match the model's '{}'", name, st.p->name);
-    uint8_t muon;
-    read(&muon, 1, "kind");
-    if (bool(muon) != st.muon)
-      fail("optimizer state for '{}' was {} but the config uses {}", name, muon ? "muon" : "adamw",
-           st.muon ? "muon" : "adamw");
-    uint64_t n;
-    read(&n, 8, "size");
-    if (int64_t(n) != st.n) fail("optimizer state for '{}' has {} elements, the model {}", name, n, st.n);
-    read(storage.data() + (st.m - base), sizeof(float) * n, name.c_str());
-    if (!st.muon) read(storage.data() + (st.v - base), sizeof(float) * n, name.c_str());
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const OptimStateEntry& e = t.params[i];
+    const OptState& st = s.states[i];
+    std::memcpy(storage.data() + (st.m - base), e.m.data(), e.m.size());
+    if (!st.muon) std::memcpy(storage.data() + (st.v - base), e.v.data(), e.v.size());
   }
   s.be->to_device(s.storage.as<float>(), storage.data(), sizeof(float) * storage.size());
-  std::memcpy(s.t, t, sizeof(t));
+  std::memcpy(s.t, t.steps, sizeof(t.steps));
 }
 
 }  // namespace clm

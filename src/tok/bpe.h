@@ -328,6 +328,8 @@ Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
 
 // GPT-2's encoder.json + vocab.bpe from a folder.
 Tokenizer load_gpt2(const std::string& dir);
+// The same from the two files' contents; `dir` names them in errors.
+Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, const std::string& dir);
 
 // Run fn(i, thread) for i in [0, n) on `threads` threads with dynamic scheduling.
 template <class F>

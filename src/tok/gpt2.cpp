@@ -36,25 +36,26 @@ static std::string utf8_of(uint32_t c) {
   return s;
 }
 
-Tokenizer load_gpt2(const std::string& dir) {
+Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, const std::string& dir) {
   namespace fs = std::filesystem;
   using nlohmann::json;
   const std::string enc_path = (fs::path(dir) / "encoder.json").string();
   const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
   json enc;
   try {
-    enc = json::parse(read_file(enc_path));
+    enc = json::parse(encoder_json);
   } catch (const json::exception& e) {
     fail("malformed {}: {}", enc_path, e.what());
   }
   if (!enc.is_object() || enc.empty()) fail("malformed {}: expected an object of token -> id", enc_path);
   std::unordered_map<std::string, uint32_t> ids;
-  uint32_t max_id = 0;
+  // Ids are 0..n-1 for n entries (build_tokenizer checks each is defined once); one outside that
+  // range is refused here, before it sizes the table below.
+  const size_t n_ids = enc.size();
   for (auto it = enc.begin(); it != enc.end(); ++it) {
-    if (!it.value().is_number_unsigned()) fail("malformed {}: id of {} is not a number", enc_path, it.key());
-    uint32_t id = it.value().get<uint32_t>();
-    ids[it.key()] = id;
-    max_id = std::max(max_id, id);
+    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() >= n_ids)
+      fail("malformed {}: id of {} is not a number below {}", enc_path, it.key(), n_ids);
+    ids[it.key()] = uint32_t(it.value().get<uint64_t>());
   }
   auto id_of = [&](const std::string& tok, size_t line) {
     auto it = ids.find(tok);
@@ -65,7 +66,7 @@ Tokenizer load_gpt2(const std::string& dir) {
   uint32_t cp[256];
   gpt2_byte_codepoints(cp);
   uint32_t byte_id[256];
-  std::vector<uint8_t> used(size_t(max_id) + 1, 0);
+  std::vector<uint8_t> used(n_ids, 0);
   for (int b = 0; b < 256; ++b) {
     auto it = ids.find(utf8_of(cp[b]));
     if (it == ids.end()) fail("malformed {}: no token for byte {}", enc_path, b);
@@ -73,13 +74,13 @@ Tokenizer load_gpt2(const std::string& dir) {
     used[it->second] = 1;
   }
 
-  std::string text = read_file(bpe_path);
+  std::string_view text = vocab_bpe;
   std::vector<std::array<uint32_t, 3>> merges;
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
     size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string line = text.substr(pos, eol - pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string line(text.substr(pos, eol - pos));
     pos = eol + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -101,6 +102,12 @@ Tokenizer load_gpt2(const std::string& dir) {
   if (eot == ids.end()) fail("malformed {}: no <|endoftext|> token", enc_path);
   return build_tokenizer(kGpt2Pattern, byte_id, std::move(merges), std::move(specials), eot->second,
                          uint32_t(ids.size()), "gpt2", dir);
+}
+
+Tokenizer load_gpt2(const std::string& dir) {
+  namespace fs = std::filesystem;
+  return parse_gpt2(read_file((fs::path(dir) / "encoder.json").string()),
+                    read_file((fs::path(dir) / "vocab.bpe").string()), dir);
 }
 
 }  // namespace clm

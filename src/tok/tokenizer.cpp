@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common.h"
+#include "core/json_get.h"
 #include "tok/bpe.h"
 
 namespace clm {
@@ -304,6 +305,9 @@ std::string Tokenizer::hash() const { return get(*this).hash; }
 // ---------------------------------------------------------------------------------------------
 // Building, saving and loading.
 
+// Most bytes all token texts together may hold (real vocabularies hold a few megabytes).
+static constexpr uint64_t kMaxVocabBytes = uint64_t(1) << 28;
+
 Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
                           std::vector<std::array<uint32_t, 3>> merges,
                           std::vector<std::pair<std::string, uint32_t>> specials, uint32_t bos,
@@ -328,6 +332,9 @@ Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
   // Rank of the merge that created each id (bytes: -1), to check the ranking is valid: both parts
   // must exist before a merge, so a merge never creates a pair ranked at or before itself.
   t->ranks.reserve(merges.size());
+  // A merge's text is its parts' texts joined, so lengths can double with every merge: the total
+  // is checked before each string is built, or a few dozen merges would ask for terabytes.
+  uint64_t vocab_bytes = 256;
   for (size_t r = 0; r < merges.size(); ++r) {
     auto [a, b, c] = merges[r];
     if (a >= vocab_size || b >= vocab_size || !defined[a] || !defined[b] || t->special[a] || t->special[b])
@@ -336,6 +343,9 @@ Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
     uint64_t k = PairMap::key(a, b);
     if (t->ranks.find(k)) fail("{}: merge {} ({} {}) is listed twice", what, r, a, b);
     t->ranks.insert(k, (uint64_t(r) << 32) | c);
+    vocab_bytes += t->vocab[a].size() + t->vocab[b].size();
+    if (vocab_bytes > kMaxVocabBytes)
+      fail("{}: the merges spell tokens of more than {} bytes in all (merge {})", what, kMaxVocabBytes, r);
     t->vocab[c] = t->vocab[a] + t->vocab[b];
   }
   bool have_bos = false;
@@ -389,9 +399,12 @@ void Tokenizer::save(const std::string& path) const {
   atomic_write(p, t.to_json());
 }
 
-static Tokenizer load_clocklm(const std::string& file) {
+// Largest vocabulary a tokenizer file may declare: ids are stored as uint32 and shards hold at most
+// 4-byte tokens, but no real vocabulary comes near this, so a larger count is a corrupt file.
+static constexpr uint32_t kMaxVocab = uint32_t(1) << 24;
+
+Tokenizer Tokenizer::from_json(std::string_view text, const std::string& file) {
   using nlohmann::json;
-  std::string text = read_file(file);
   json j;
   try {
     j = json::parse(text);
@@ -399,32 +412,48 @@ static Tokenizer load_clocklm(const std::string& file) {
     fail("malformed tokenizer file {}: {}", file, e.what());
   }
   try {
-    if (!j.is_object() || j.value("format", std::string()) != "clocklm-bpe")
+    if (!j.is_object() || !j.contains("format") || j["format"] != "clocklm-bpe")
       fail("{} is not a clocklm tokenizer file (expected \"format\": \"clocklm-bpe\")", file);
-    int version = j.at("version").get<int>();
+    auto id = [&](const json& v, const char* what) { return json_int<uint32_t>(v, file + ": " + what); };
+    int version = json_int<int>(j.at("version"), file + ": version");
     if (version != 1) fail("{}: unsupported tokenizer file version {}", file, version);
-    std::string pattern = j.at("pattern").get<std::string>();
-    uint32_t vocab_size = j.at("vocab_size").get<uint32_t>();
-    uint32_t bos = j.at("bos").get<uint32_t>();
-    std::string kind = j.value("kind", std::string("bpe"));
-    std::vector<std::pair<std::string, uint32_t>> specials;
-    for (auto& e : j.at("special_tokens")) specials.emplace_back(e.at(0).get<std::string>(), e.at(1).get<uint32_t>());
+    std::string pattern = json_str(j.at("pattern"), file + ": pattern");
+    uint32_t vocab_size = id(j.at("vocab_size"), "vocab_size");
+    uint32_t bos = id(j.at("bos"), "bos");
+    std::string kind = j.contains("kind") ? json_str(j["kind"], file + ": kind") : std::string("bpe");
+    const json& sj = j.at("special_tokens");
     const json& bj = j.at("byte_ids");
-    if (!bj.is_array() || bj.size() != 256) fail("{}: byte_ids must list 256 ids", file);
-    uint32_t byte_id[256];
-    for (int b = 0; b < 256; ++b) byte_id[b] = bj[size_t(b)].get<uint32_t>();
-    std::vector<std::array<uint32_t, 3>> merges;
     const json& mj = j.at("merges");
+    if (!sj.is_array()) fail("{}: special_tokens must be a list of [name, id]", file);
+    if (!bj.is_array() || bj.size() != 256) fail("{}: byte_ids must list 256 ids", file);
+    if (!mj.is_array()) fail("{}: merges must be a list of [left, right, new_id]", file);
+    // Every id is defined exactly once (a byte, a merge or a special token), so the vocabulary
+    // size follows from the lists; checking it first keeps a corrupt count from sizing tables.
+    if (vocab_size > kMaxVocab || uint64_t(vocab_size) != 256 + mj.size() + sj.size())
+      fail("{}: vocab_size {} does not match 256 bytes + {} merges + {} special tokens", file,
+           vocab_size, mj.size(), sj.size());
+    std::vector<std::pair<std::string, uint32_t>> specials;
+    for (auto& e : sj) {
+      if (!e.is_array() || e.size() != 2) fail("{}: each special token must be [name, id]", file);
+      specials.emplace_back(json_str(e[0], file + ": special token name"), id(e[1], "special token id"));
+    }
+    uint32_t byte_id[256];
+    for (int b = 0; b < 256; ++b) byte_id[b] = id(bj[size_t(b)], "byte id");
+    std::vector<std::array<uint32_t, 3>> merges;
     merges.reserve(mj.size());
     for (auto& m : mj) {
       if (!m.is_array() || m.size() != 3) fail("{}: each merge must be [left, right, new_id]", file);
-      merges.push_back({m[0].get<uint32_t>(), m[1].get<uint32_t>(), m[2].get<uint32_t>()});
+      merges.push_back({id(m[0], "merge id"), id(m[1], "merge id"), id(m[2], "merge id")});
     }
     return build_tokenizer(std::move(pattern), byte_id, std::move(merges), std::move(specials), bos, vocab_size,
                            kind, file);
   } catch (const json::exception& e) {
     fail("malformed tokenizer file {}: {}", file, e.what());
   }
+}
+
+static Tokenizer load_clocklm(const std::string& file) {
+  return Tokenizer::from_json(read_file(file), file);
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {

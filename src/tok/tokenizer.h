@@ -1,5 +1,5 @@
 // The tokenizer interface every other module uses: byte-level BPE (clocklm's own format) or GPT-2's
-// encoder.json + vocab.bpe. Owned by the tokenizer work (issue 3); the file format is in docs/FORMATS.md.
+// encoder.json + vocab.bpe. The file format is in docs/TOKENIZER.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +15,9 @@ struct Tokenizer {
   // Load from a clocklm tokenizer file, or from a folder holding either `tokenizer.json`
   // (clocklm format) or GPT-2's `encoder.json` + `vocab.bpe`. Throws Error naming the problem.
   static Tokenizer load(const std::string& path);
+  // Parse the text of a clocklm tokenizer file; `what` names it in errors. Checks every size
+  // against the file's own content before allocating for it.
+  static Tokenizer from_json(std::string_view text, const std::string& what);
 
   // Encode text to ids (no BOS added). Exact byte-level: decode(encode(s)) == s for any bytes.
   std::vector<uint32_t> encode(std::string_view text) const;

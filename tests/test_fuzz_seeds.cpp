@@ -1,0 +1,96 @@
+// The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must
+// accept: when a format changes, this fails and the seeds get updated, instead of the fuzzers
+// silently starting from inputs that are all rejected at the first check.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../fuzz/fuzz_util.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "core/common.h"
+#include "data/corpus.h"
+#include "data/dataset.h"
+#include "eval/core.h"
+#include "exp/sweep.h"
+#include "optim/optim_state.h"
+#include "tok/bpe.h"
+#include "tok/tokenizer.h"
+
+using namespace clm;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The seed files of one target, read; at least one must exist.
+std::vector<std::pair<std::string, std::string>> seeds(const std::string& target) {
+  std::vector<std::pair<std::string, std::string>> out;
+  fs::path dir = fs::path(CLOCKLM_SOURCE_DIR) / "fuzz" / "corpus" / target;
+  for (const auto& e : fs::directory_iterator(dir))
+    out.emplace_back(e.path().string(), read_file(e.path().string()));
+  EXPECT_FALSE(out.empty()) << dir;
+  return out;
+}
+
+}  // namespace
+
+TEST(FuzzSeeds, TokenizersLoadAndRoundTrip) {
+  const std::string sample = "Seeds stay valid: 123 ünïcödé\n";
+  for (auto& [path, text] : seeds("fuzz_tokenizer_json")) {
+    Tokenizer t = Tokenizer::from_json(text, path);
+    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+  }
+  for (auto& [path, text] : seeds("fuzz_tokenizer_gpt2")) {
+    auto files = fuzz::split_files(text, 2);
+    Tokenizer t = parse_gpt2(files[0], files[1], path);
+    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+  }
+}
+
+TEST(FuzzSeeds, DataFilesAreRead) {
+  for (auto& [path, bytes] : seeds("fuzz_shard"))
+    EXPECT_NO_THROW(parse_shard_header(bytes.data(), bytes.size(), path));
+  for (auto& [path, text] : seeds("fuzz_manifest"))
+    EXPECT_FALSE(parse_dataset_manifest(text, "/d").train_shards.empty());
+  int64_t docs = 0;
+  std::string doc;
+  for (auto& [path, text] : seeds("fuzz_jsonl"))
+    for (std::string_view line : fuzz::lines_of(text))
+      docs += parse_jsonl_text(line, doc) == JsonLineResult::ok;
+  EXPECT_GE(docs, 3);
+}
+
+TEST(FuzzSeeds, ConfigsValidate) {
+  for (auto& [path, text] : seeds("fuzz_config")) {
+    auto parts = fuzz::split_files(text, 3);
+    RunConfig c =
+        config_from_json_text(parts[0].empty() ? "{\"base\": \"d4\"}" : parts[0], path, "seed");
+    std::vector<std::string> sets;
+    for (std::string_view l : fuzz::lines_of(parts[1])) sets.emplace_back(l);
+    apply_overrides(c, sets);
+    EXPECT_NO_THROW(validate(c)) << path;
+    for (std::string_view d : fuzz::lines_of(parts[2])) EXPECT_NO_THROW(parse_duration(d)) << path;
+  }
+}
+
+TEST(FuzzSeeds, CheckpointsParse) {
+  for (auto& [path, blob] : seeds("fuzz_checkpoint")) {
+    CheckpointView v = parse_checkpoint(blob, path);
+    EXPECT_GT(checkpoint_config(v.meta, v.weights.size(), path).model.vocab_size, 0);
+    EXPECT_FALSE(parse_optim_state(v.optim).params.empty());
+  }
+}
+
+TEST(FuzzSeeds, CoreFilesAndSweepsParse) {
+  for (auto& [path, text] : seeds("fuzz_core_bundle")) {
+    auto files = fuzz::split_files(text, 2);
+    EXPECT_FALSE(parse_core_tasks(files[0], files[1], "core.yaml", "eval_meta_data.csv").empty())
+        << path;
+  }
+  for (auto& [path, text] : seeds("fuzz_core_items"))
+    EXPECT_GE(parse_core_items(text, path).size(), 3u);
+  for (auto& [path, text] : seeds("fuzz_sweep"))
+    EXPECT_FALSE(parse_sweep_spec_text(text, path).runs.empty());
+}
