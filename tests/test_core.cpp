@@ -8,6 +8,7 @@
 #include "core/common.h"
 #include "eval/core.h"
 #include "eval/pyrandom.h"
+#include "test_core_util.h"
 
 using namespace clm;
 using nlohmann::json;
@@ -261,28 +262,7 @@ CoreModel star_model(int context = 4096, int rows = 3) {
 // Each test uses its own folder: ctest runs tests as parallel processes.
 std::string make_bundle(bool with_missing, const std::string& name) {
   std::string dir = tmpdir(name);
-  make_dirs(dir + "/eval_data/x");
-  std::string yaml = "icl_tasks:\n-\n  label: mc\n  dataset_uri: x/mc.jsonl\n  num_fewshot: [2]\n  icl_task_type: multiple_choice\n"
-                     "-\n  label: sc\n  dataset_uri: x/sc.jsonl\n  num_fewshot: [0]\n  icl_task_type: schema\n"
-                     "-\n  label: lm\n  dataset_uri: x/lm.jsonl\n  num_fewshot: [1]\n  icl_task_type: language_modeling\n  continuation_delimiter: \"\\nA: \"\n";
-  if (with_missing) yaml += "-\n  label: gone\n  dataset_uri: x/gone.jsonl\n  num_fewshot: [0]\n  icl_task_type: language_modeling\n";
-  atomic_write(dir + "/core.yaml", yaml);
-  atomic_write(dir + "/eval_meta_data.csv",
-               "Eval Task,Task Category,Random baseline,Description\nmc,x,25,\"four, choices\"\nsc,x,50,y\nlm,x,0,z\ngone,x,0,w\n");
-  std::string mc, sc, lm;
-  for (int i = 0; i < 9; i++) {
-    int g = i % 4;
-    json choices = json::array();
-    for (int c = 0; c < 4; c++) choices.push_back(c == g ? "*right" : "wrong" + std::to_string(c));
-    mc += json({{"query", "q" + std::to_string(i)}, {"choices", choices}, {"gold", g}}).dump() + "\n";
-    int gs = i % 2;
-    json opts = gs ? json::array({"plain ctx", "*starred ctx"}) : json::array({"*starred ctx", "plain ctx"});
-    sc += json({{"context_options", opts}, {"continuation", "ends here"}, {"gold", gs}}).dump() + "\n";
-    lm += json({{"context", " c" + std::to_string(i) + " "}, {"continuation", "cont" + std::to_string(i)}}).dump() + "\n";
-  }
-  atomic_write(dir + "/eval_data/x/mc.jsonl", mc);
-  atomic_write(dir + "/eval_data/x/sc.jsonl", sc);
-  atomic_write(dir + "/eval_data/x/lm.jsonl", lm);
+  core_test::write_core_bundle(dir, with_missing);
   return dir;
 }
 

@@ -1,9 +1,9 @@
 // Multi-process training tests. In-process: the single-process communicator and the local launch
 // command line. Through the CLI with two CPU ranks (skipped, with the reason, where MPI is not
 // compiled in or mpirun is missing): two ranks of B rows equal one process with two micro-batches of
-// B (losses, weights and val bpb bit for bit), `--nproc` equals `mpirun -n`, a two-rank resume is
-// bit-exact and a resume with another rank count is refused, and the budget, a stop signal, a NaN
-// loss and a killed rank each end both ranks together.
+// B (losses, weights and val bpb bit for bit, with the optimizer sharded or not), `--nproc` equals
+// `mpirun -n`, a two-rank resume is bit-exact with two ranks or one, and the budget, a stop signal,
+// a NaN loss and a killed rank each end both ranks together.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,12 +11,15 @@
 
 #include "core/common.h"
 #include "checkpoint/checkpoint.h"
+#include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#include "optim/optim.h"
 #ifdef CLOCKLM_HAVE_NCCL
 #include "dist/comm_nccl.h"
 #endif
 #include "test_cli_util.h"
+#include "test_core_util.h"
 #include "test_run_util.h"
 
 using namespace clm;
@@ -72,15 +75,58 @@ TEST(Dist, SingleProcessCommunicatorLeavesDataAsItIs) {
   c.all_reduce(v.data(), 3, ReduceOp::Sum);
   c.all_reduce_buckets(v.data(), 3, 2);
   EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f, 3.25f}));
-  std::vector<float> out(3);
-  c.reduce_scatter(v.data(), out.data(), 3);
-  EXPECT_EQ(out, v);
-  c.all_gather(v.data(), out.data(), 3);
-  EXPECT_EQ(out, v);
+  c.reduce_scatter(v.data(), {3});
+  c.all_gather(v.data(), {3});
+  c.reduce_scatter_buckets(v.data(), {0, 3}, 2);
+  c.all_gather_buckets(v.data(), {0, 3}, 2);
+  EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f, 3.25f}));
   EXPECT_EQ(c.all_gather_strings("abc"), std::vector<std::string>{"abc"});
   EXPECT_TRUE(c.any(true));
   EXPECT_EQ(c.max(2.5), 2.5);
   c.barrier();
+}
+
+TEST(Dist, ShardedBucketsCutEachRanksRange) {
+  // Ranks own [0,5), [5,5) (nothing) and [5,12); buckets of 4 floats.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> got;
+  for_each_sharded_bucket({0, 5, 5, 12}, 3, 4, [&](int64_t off, const std::vector<int64_t>& c) { got.push_back({off, c}); });
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0], (std::pair<int64_t, std::vector<int64_t>>{0, {4, 0, 0}}));
+  EXPECT_EQ(got[1], (std::pair<int64_t, std::vector<int64_t>>{4, {1, 0, 3}}));
+  EXPECT_EQ(got[2], (std::pair<int64_t, std::vector<int64_t>>{8, {0, 0, 4}}));
+  EXPECT_THROW(for_each_sharded_bucket({0, 5}, 3, 4, [](int64_t, const std::vector<int64_t>&) {}), Error);
+}
+
+TEST(Dist, PartitionByCostBalancesContiguousShares) {
+  EXPECT_EQ(partition_by_cost({1, 1, 1, 1}, 2), (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(partition_by_cost({1, 1, 1, 1}, 1), (std::vector<size_t>{0, 4}));
+  // One expensive item: it sits alone on one side of the cut.
+  EXPECT_EQ(partition_by_cost({10, 1, 1, 1, 1}, 2), (std::vector<size_t>{0, 1, 5}));
+  EXPECT_EQ(partition_by_cost({1, 1, 1, 1, 10}, 2), (std::vector<size_t>{0, 4, 5}));
+  // More ranks than items: some shares are empty, the bounds never go back.
+  auto b = partition_by_cost({5, 5}, 4);
+  ASSERT_EQ(b.size(), 5u);
+  EXPECT_EQ(b.front(), 0u);
+  EXPECT_EQ(b.back(), 2u);
+  EXPECT_TRUE(std::is_sorted(b.begin(), b.end()));
+  EXPECT_EQ(partition_by_cost({}, 2), (std::vector<size_t>{0, 0, 0}));
+}
+
+TEST(Dist, LoaderStatesAreDealtAnewForAnotherRankCount) {
+  auto st = [](int world, uint64_t row) {
+    return nlohmann::json{{"version", 1}, {"split", "train"}, {"T", 64}, {"seed", 1}, {"world", world},
+                          {"shuffle", true}, {"rows", 100}, {"tokens", 6500}, {"row", row}};
+  };
+  // Two ranks at row 8 (B = 4) read the stream's first 16 rows: one rank continues at 16, four at 4.
+  auto one = DataLoader::resplit_state({st(2, 8), st(2, 8)}, 1, 4);
+  EXPECT_EQ(one["row"], 16);
+  EXPECT_EQ(one["world"], 1);
+  EXPECT_EQ(DataLoader::resplit_state({st(2, 8), st(2, 8)}, 4, 4)["row"], 4);
+  EXPECT_EQ(DataLoader::resplit_state({st(1, 16)}, 2, 4)["row"], 8);
+  // 16 rows are not whole batches of 4 for 3 ranks; ranks at different rows cannot be merged.
+  EXPECT_THROW(DataLoader::resplit_state({st(2, 8), st(2, 8)}, 3, 4), Error);
+  EXPECT_THROW(DataLoader::resplit_state({st(2, 8), st(2, 4)}, 1, 4), Error);
+  EXPECT_THROW(DataLoader::resplit_state({st(2, 8)}, 1, 4), Error);  // a state missing
 }
 
 TEST(Dist, LocalLaunchCommandLine) {
@@ -112,18 +158,24 @@ TEST(DistTrain, TwoRanksEqualOneProcessWithTwoMicroBatches) {
   const std::string bin = CLOCKLM_BINARY, one = temp_run("dp_one"), two = temp_run("dp_two"),
                     nproc = temp_run("dp_nproc");
   // batch_tokens 512 = 2 micro-batches of 4 x 64: one process accumulates two, two ranks one each.
-  CmdResult r1 = run_cmd(bin + train_args(one, 10));
+  // Both score CORE at the end (items split over the ranks) on a small synthetic bundle.
+  const std::string bundle = (fs::temp_directory_path() / fmt::format("clocklm_dp_core_{}", getpid())).string();
+  core_test::write_core_bundle(bundle, false);
+  CmdResult r1 = run_cmd(bin + train_args(one, 10) + " --core " + bundle);
   ASSERT_EQ(r1.status, 0) << r1.out;
-  CmdResult r2 = run_cmd("timeout 300 " + mpirun2() + " " + bin + train_args(two, 10));
+  CmdResult r2 = run_cmd("timeout 300 " + mpirun2() + " " + bin + train_args(two, 10) + " --core " + bundle);
   ASSERT_EQ(r2.status, 0) << r2.out;
-  CmdResult r3 = run_cmd("timeout 300 " + bin + train_args(nproc, 10) + " --nproc 2");
+  // The default shards the optimizer (ZeRO-1, distributed Muon); this run keeps it whole on each rank.
+  CmdResult r3 = run_cmd("timeout 300 " + bin + train_args(nproc, 10) + " --set optim.shard_state=false --nproc 2");
   ASSERT_EQ(r3.status, 0) << r3.out;
   EXPECT_EQ(last_line(r1.out), last_line(r2.out));  // val_bpb, printed by rank 0 only
   EXPECT_EQ(last_line(r1.out), last_line(r3.out));
   expect_same_losses(one, two);
   expect_same_losses(one, nproc);
-  // Bit for bit: the final weights and optimizer state, and the (split) validation bpb.
+  // Bit for bit: the final weights and optimizer state (gathered from both ranks' shares), and the
+  // (split) validation bpb.
   EXPECT_TRUE(checkpoint_payload(latest_ckpt(one)) == checkpoint_payload(latest_ckpt(two)));
+  EXPECT_TRUE(checkpoint_payload(latest_ckpt(one)) == checkpoint_payload(latest_ckpt(nproc)));
   auto s1 = summary_of(one), s2 = summary_of(two);
   EXPECT_EQ(s1["val_bpb"].get<double>(), s2["val_bpb"].get<double>());
   EXPECT_EQ(s1["val"]["nats"].get<double>(), s2["val"]["nats"].get<double>());
@@ -131,33 +183,49 @@ TEST(DistTrain, TwoRanksEqualOneProcessWithTwoMicroBatches) {
   EXPECT_EQ(s2["transport"], "mpi");
   EXPECT_GT(s2["comm_bytes"].get<double>(), 0);
   EXPECT_EQ(s1["tokens"], s2["tokens"]);
+  // CORE from two ranks: the same counts per task, so the same score, and the stage-2 score with it.
+  ASSERT_TRUE(s2.contains("core")) << s2.dump();
+  for (const char* t : {"mc", "sc", "lm"}) {
+    EXPECT_EQ(s1["core"]["tasks"][t]["correct"], s2["core"]["tasks"][t]["correct"]) << t;
+    EXPECT_EQ(s1["core"]["tasks"][t]["n"], 9) << t;
+    EXPECT_EQ(s1["core"]["tasks"][t]["forward_tokens"], s2["core"]["tasks"][t]["forward_tokens"]) << t;
+  }
+  EXPECT_EQ(s1["core"]["core"].get<double>(), s2["core"]["core"].get<double>());
+  EXPECT_EQ(s1["stage2"]["score"].get<double>(), s2["stage2"]["score"].get<double>());
+  EXPECT_DOUBLE_EQ(s2["stage2"]["score"].get<double>(),
+                   0.5 * (1 - s2["val_bpb"].get<double>()) + 0.5 * s2["core"]["core"].get<double>());
   // Only rank 0 wrote: one run.json, and its checkpoint holds both ranks' loader positions.
   auto meta = read_checkpoint_meta(latest_ckpt(two));
   ASSERT_EQ(meta["loaders"].size(), 2u);
   EXPECT_EQ(meta["world"], 2);
   EXPECT_EQ(meta["loaders"][1]["row"], meta["loaders"][0]["row"]);
-  for (auto& d : {one, two, nproc}) fs::remove_all(d);
+  for (auto& d : {one, two, nproc, bundle}) fs::remove_all(d);
 }
 
-TEST(DistTrain, TwoRankResumeIsBitExactAndOtherRankCountsAreRefused) {
+TEST(DistTrain, TwoRankResumeIsBitExactWithTwoRanksOrOne) {
   SKIP_WITHOUT_MPI();
-  const std::string bin = CLOCKLM_BINARY, a = temp_run("dp_full"), b = temp_run("dp_split");
+  const std::string bin = CLOCKLM_BINARY, a = temp_run("dp_full"), b = temp_run("dp_split"),
+                    c = temp_run("dp_shrink");
   CmdResult ra = run_cmd("timeout 300 " + bin + train_args(a, 8) + " --nproc 2");
   ASSERT_EQ(ra.status, 0) << ra.out;
   CmdResult rb1 = run_cmd("timeout 300 " + bin + train_args(b, 8) + " --nproc 2 --stop-after-steps 4");
   ASSERT_EQ(rb1.status, 0) << rb1.out;
-  // One process cannot continue a two-rank run: each rank's data position would be lost.
-  CmdResult bad = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
-  EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("2 rank(s) and this job has 1"), std::string::npos) << bad.out;
+  fs::copy(b, c, fs::copy_options::recursive);
   CmdResult rb2 =
       run_cmd("timeout 300 " + bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet --nproc 2");
   ASSERT_EQ(rb2.status, 0) << rb2.out;
   EXPECT_EQ(last_line(ra.out), last_line(rb2.out));
   expect_same_losses(a, b);
   EXPECT_TRUE(checkpoint_payload(latest_ckpt(a)) == checkpoint_payload(latest_ckpt(b)));
-  fs::remove_all(a);
-  fs::remove_all(b);
+  // One process continues the two-rank run: the rows read so far are dealt anew, the sharded
+  // optimizer state was saved whole, and one process with two micro-batches computes what two
+  // ranks do, so it ends bit for bit where the two-rank run ends.
+  CmdResult rc = run_cmd("timeout 300 " + bin + " train --resume " + c + " --data " + tiny_dataset());
+  ASSERT_EQ(rc.status, 0) << rc.out;
+  EXPECT_NE(rc.out.find("written by 2 rank(s); continuing with 1"), std::string::npos) << rc.out;
+  EXPECT_EQ(last_line(ra.out), last_line(rc.out));
+  EXPECT_TRUE(checkpoint_payload(latest_ckpt(a)) == checkpoint_payload(latest_ckpt(c)));
+  for (auto& d : {a, b, c}) fs::remove_all(d);
 }
 
 TEST(DistTrain, BudgetSignalAndNanEndBothRanksTogether) {

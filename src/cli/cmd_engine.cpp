@@ -7,7 +7,9 @@
 #include "cli/commands.h"
 #include "core/common.h"
 #include "config/config.h"
+#include "backend/backend.h"
 #include "dist/launch.h"
+#include "model/gpt.h"
 #include "train/trainer.h"
 
 namespace clm {
@@ -75,6 +77,16 @@ void register_engine_commands(CLI::App& app) {
       std::printf("training FLOPs per token (T=%d): %.4g (%.3f GFLOP)\n", m.seq_len, f, f / 1e9);
       std::printf("training FLOPs per step (%lld tokens): %.4g\n", (long long)c.train.batch_tokens,
                   f * double(c.train.batch_tokens));
+      if (m.vocab_size > 0) {
+        // What one rank allocates to train it (as the trainer's memory check counts it): model,
+        // gradients, bf16 mirror and activations for one micro-batch, plus the optimizer moments
+        // and the micro-batch gradient sum.
+        std::shared_ptr<Backend> be = make_backend("cpu");
+        const double bytes = double(GPT::memory_need(m, c.train.micro_batch, m.seq_len, *be)) + 12.0 * double(p.total());
+        std::printf("training memory per rank (micro_batch %d x seq_len %d, %s matmuls): %.2f GiB\n",
+                    c.train.micro_batch, m.seq_len, prec_name(resolve_precision(m.matmul_precision, *be)),
+                    bytes / double(1 << 30));
+      }
       if (*json_out) std::printf("%s\n", to_json(c).dump(2).c_str());
     });
   }

@@ -292,4 +292,29 @@ void DataLoader::restore(const nlohmann::json& st) {
   }
 }
 
+nlohmann::json DataLoader::resplit_state(const std::vector<nlohmann::json>& states, int world, int B) {
+  if (states.empty() || world < 1 || B < 1) fail("loader: re-split of {} states for {} ranks", states.size(), world);
+  try {
+    const uint64_t row = json_int<uint64_t>(states.front().at("row"), "loader state row");
+    const int old_world = json_int<int>(states.front().at("world"), "loader state world");
+    if (old_world != int(states.size()))
+      fail("loader states: {} states for a job of {} ranks", states.size(), old_world);
+    for (const nlohmann::json& st : states)
+      if (json_int<uint64_t>(st.at("row"), "loader state row") != row)
+        fail("loader states: the ranks stopped at different rows, so they cannot be dealt to {} ranks", world);
+    // Rank r's k-th row is row ((k / B) * world + r) * B + k % B of the common stream, so ranks that
+    // all consumed `row` rows (a multiple of B) consumed the stream's first row * old_world rows.
+    const uint64_t global = row * uint64_t(old_world);
+    if (row % uint64_t(B) != 0 || global % (uint64_t(B) * uint64_t(world)) != 0)
+      fail("the {} rows read so far by {} rank(s) do not split into whole batches of {} rows for {} ranks", global,
+           old_world, B, world);
+    nlohmann::json out = states.front();
+    out["world"] = world;
+    out["row"] = global / uint64_t(world);
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    fail("malformed loader state: {}", e.what());
+  }
+}
+
 }  // namespace clm

@@ -34,6 +34,11 @@ struct DataLoader {
   // Position for checkpoints; restore() makes the following next() calls identical.
   nlohmann::json state() const;
   void restore(const nlohmann::json& st);
+  // The state a rank of a `world`-rank job restores to continue exactly where the ranks that wrote
+  // `states` (one per rank, in rank order, batches of B rows) stopped: the same rows, dealt anew.
+  // Possible when every rank stopped at the same row (true after each optimizer step) and the rows
+  // consumed so far fill whole blocks of B rows for every new rank; otherwise an Error says why.
+  static nlohmann::json resplit_state(const std::vector<nlohmann::json>& states, int world, int B);
   // Size of the split as this loader sees it (all ranks together).
   uint64_t rows() const;     // rows of T+1 tokens (see docs/DATA.md for how they are cut)
   uint64_t tokens() const;   // tokens in the split's shards

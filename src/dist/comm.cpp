@@ -20,12 +20,8 @@ class SingleComm final : public Comm {
   int world() const override { return 1; }
   void all_reduce(float*, int64_t, ReduceOp) override {}
   void all_reduce(double*, int64_t, ReduceOp) override {}
-  void reduce_scatter(const float* send, float* recv, int64_t n) override {
-    if (send != recv) std::copy(send, send + n, recv);
-  }
-  void all_gather(const float* send, float* recv, int64_t n) override {
-    if (send != recv) std::copy(send, send + n, recv);
-  }
+  void reduce_scatter(float*, const std::vector<int64_t>&) override {}
+  void all_gather(float*, const std::vector<int64_t>&) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
@@ -61,6 +57,18 @@ void Comm::all_reduce_buckets(float* buf, int64_t n, int64_t bucket) {
   if (world() == 1) return;
   bucket = std::max<int64_t>(bucket, 1);
   for (int64_t off = 0; off < n; off += bucket) all_reduce(buf + off, std::min(bucket, n - off), ReduceOp::Sum);
+}
+
+void Comm::reduce_scatter_buckets(float* buf, const std::vector<int64_t>& bounds, int64_t bucket) {
+  if (world() == 1) return;
+  for_each_sharded_bucket(bounds, world(), std::min(bucket, kMaxCollectiveCount),
+                          [&](int64_t off, const std::vector<int64_t>& c) { reduce_scatter(buf + off, c); });
+}
+
+void Comm::all_gather_buckets(float* buf, const std::vector<int64_t>& bounds, int64_t bucket) {
+  if (world() == 1) return;
+  for_each_sharded_bucket(bounds, world(), std::min(bucket, kMaxCollectiveCount),
+                          [&](int64_t off, const std::vector<int64_t>& c) { all_gather(buf + off, c); });
 }
 
 double Comm::max(double v) {

@@ -19,6 +19,10 @@ namespace clm {
 
 enum class ReduceOp { Sum, Max };
 
+// The largest element count one collective call takes (MPI counts are int); larger buffers go in
+// pieces.
+constexpr int64_t kMaxCollectiveCount = int64_t(1) << 30;
+
 // What a communicator has done, for the per-step log and the benchmark: seconds spent inside
 // collectives and payload bytes (the buffer sizes handed to them; a ring all-reduce moves about
 // 2 (world-1)/world times its payload over each rank's link).
@@ -41,10 +45,13 @@ class Comm {
   // In place; every rank ends with the same values.
   virtual void all_reduce(float* buf, int64_t n, ReduceOp op) = 0;
   virtual void all_reduce(double* buf, int64_t n, ReduceOp op) = 0;
-  // send: world * n floats; recv: n floats = the sum over ranks of this rank's block of send.
-  virtual void reduce_scatter(const float* send, float* recv, int64_t n) = 0;
-  // send: n floats (may be recv + rank * n); recv: world * n floats, block r from rank r.
-  virtual void all_gather(const float* send, float* recv, int64_t n) = 0;
+  // In place over blocks of unequal size: `buf` holds sum(counts) floats, block r (counts[r] floats,
+  // starting at counts[0] + ... + counts[r-1]) belongs to rank r. reduce_scatter leaves in this
+  // rank's block the sum over ranks of that block (the other blocks keep unspecified values);
+  // all_gather copies every rank's block to all ranks. `counts` has world() entries, each below
+  // 2^30 (the helpers below cut large buffers into buckets).
+  virtual void reduce_scatter(float* buf, const std::vector<int64_t>& counts) = 0;
+  virtual void all_gather(float* buf, const std::vector<int64_t>& counts) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Ends every rank of the job now (a rank that failed alone must not leave the others waiting in
@@ -57,11 +64,38 @@ class Comm {
   // Sum in place over a contiguous float buffer in buckets of `bucket` floats, so a large gradient
   // buffer is never staged whole and each bucket can start as soon as it is complete.
   void all_reduce_buckets(float* buf, int64_t n, int64_t bucket);
+  // ZeRO-style sharding of a contiguous buffer: rank r owns [bounds[r], bounds[r+1]) (world + 1
+  // non-decreasing offsets, bounds[0] = 0, bounds[world] = the buffer's length). In buckets of
+  // `bucket` floats: reduce_scatter_buckets leaves the sum over ranks in this rank's range,
+  // all_gather_buckets copies each rank's range to every rank.
+  void reduce_scatter_buckets(float* buf, const std::vector<int64_t>& bounds, int64_t bucket);
+  void all_gather_buckets(float* buf, const std::vector<int64_t>& bounds, int64_t bucket);
   double max(double v);
   bool any(bool v);
 
   CommStats stats;
 };
+
+// Calls f(offset, counts) for each bucket [offset, offset + bucket) of [0, bounds.back()), where
+// counts[r] is the length of rank r's range [bounds[r], bounds[r+1]) inside that bucket: the pieces
+// in which a sharded buffer goes through reduce_scatter / all_gather.
+template <class F>
+void for_each_sharded_bucket(const std::vector<int64_t>& bounds, int world, int64_t bucket, F&& f) {
+  if (int(bounds.size()) != world + 1 || bounds.front() != 0)
+    fail("comm: shard bounds have {} entries for {} ranks", bounds.size(), world);
+  bucket = bucket < 1 ? 1 : bucket;
+  const int64_t n = bounds.back();
+  std::vector<int64_t> counts(static_cast<size_t>(world));
+  for (int64_t off = 0; off < n; off += bucket) {
+    const int64_t end = n - off < bucket ? n : off + bucket;
+    for (int r = 0; r < world; ++r) {
+      const int64_t lo = bounds[size_t(r)] > off ? bounds[size_t(r)] : off;
+      const int64_t hi = bounds[size_t(r) + 1] < end ? bounds[size_t(r) + 1] : end;
+      counts[size_t(r)] = hi > lo ? hi - lo : 0;
+    }
+    f(off, counts);
+  }
+}
 
 // Thrown on every rank together after a collective decision (divergence, a stop signal): each rank
 // knows the others reach the same error, so the job ends in order rather than by abort.

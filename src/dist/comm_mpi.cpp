@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 namespace clm {
 
 namespace {
 
-// MPI counts are int: larger buffers go in pieces of this many elements.
-constexpr int64_t kMaxCount = int64_t(1) << 30;
+constexpr int64_t kMaxCount = kMaxCollectiveCount;
 
 class MpiComm final : public Comm {
  public:
@@ -47,16 +47,21 @@ class MpiComm final : public Comm {
   void all_reduce(float* buf, int64_t n, ReduceOp op) override { reduce(buf, n, MPI_FLOAT, 4, op); }
   void all_reduce(double* buf, int64_t n, ReduceOp op) override { reduce(buf, n, MPI_DOUBLE, 8, op); }
 
-  void reduce_scatter(const float* send, float* recv, int64_t n) override {
-    Timed t(*this, double(n) * 4 * world_);
-    if (n > kMaxCount) fail("mpi: reduce-scatter of {} floats per rank is too large", n);
-    MPI_Reduce_scatter_block(send, recv, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  void reduce_scatter(float* buf, const std::vector<int64_t>& counts) override {
+    const int64_t total = layout(counts);
+    Timed t(*this, double(total) * 4);
+    // Into a scratch block, then in place: MPI_IN_PLACE for reduce-scatter would put the result at
+    // the start of the buffer rather than at this rank's block.
+    const int64_t mine = counts[size_t(rank_)];
+    scratch_.resize(size_t(std::max<int64_t>(mine, 1)));
+    MPI_Reduce_scatter(buf, scratch_.data(), icounts_.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    std::copy(scratch_.begin(), scratch_.begin() + mine, buf + displs_[size_t(rank_)]);
   }
-  void all_gather(const float* send, float* recv, int64_t n) override {
-    Timed t(*this, double(n) * 4 * world_);
-    if (n > kMaxCount) fail("mpi: all-gather of {} floats per rank is too large", n);
-    const void* s = send == recv + int64_t(rank_) * n ? MPI_IN_PLACE : send;
-    MPI_Allgather(s, int(n), MPI_FLOAT, recv, int(n), MPI_FLOAT, MPI_COMM_WORLD);
+  void all_gather(float* buf, const std::vector<int64_t>& counts) override {
+    const int64_t total = layout(counts);
+    Timed t(*this, double(total) * 4);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, icounts_.data(), displs_.data(), MPI_FLOAT,
+                   MPI_COMM_WORLD);
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     Timed t(*this, double(bytes));
@@ -92,7 +97,25 @@ class MpiComm final : public Comm {
                     op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, MPI_COMM_WORLD);
   }
 
+  // MPI's int counts and displacements of a blocked buffer; returns its length.
+  int64_t layout(const std::vector<int64_t>& counts) {
+    if (int(counts.size()) != world_) fail("mpi: {} block counts for {} ranks", counts.size(), world_);
+    icounts_.assign(counts.size(), 0);
+    displs_.assign(counts.size(), 0);
+    int64_t off = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] < 0 || counts[r] > kMaxCount || off > kMaxCount)
+        fail("mpi: a block of {} floats at offset {} is too large for one collective", counts[r], off);
+      icounts_[r] = int(counts[r]);
+      displs_[r] = int(off);
+      off += counts[r];
+    }
+    return off;
+  }
+
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
+  std::vector<int> icounts_, displs_;
+  std::vector<float> scratch_;
 };
 
 }  // namespace

@@ -50,11 +50,17 @@ class NcclComm final : public Comm {
   void all_reduce(double* buf, int64_t n, ReduceOp op) override {
     run(double(n) * 8, ncclAllReduce(buf, buf, size_t(n), ncclFloat64, nccl_op(op), comm_, stream_));
   }
-  void reduce_scatter(const float* send, float* recv, int64_t n) override {
-    run(double(n) * 4 * world(), ncclReduceScatter(send, recv, size_t(n), ncclFloat32, ncclSum, comm_, stream_));
+  // NCCL's reduce-scatter and all-gather take equal blocks, so blocks of unequal size go as one
+  // group of per-root reduces (each rank's block summed onto its owner) or broadcasts.
+  void reduce_scatter(float* buf, const std::vector<int64_t>& counts) override {
+    grouped(buf, counts, [&](float* p, size_t n, int root) {
+      return ncclReduce(p, p, n, ncclFloat32, ncclSum, root, comm_, stream_);
+    });
   }
-  void all_gather(const float* send, float* recv, int64_t n) override {
-    run(double(n) * 4 * world(), ncclAllGather(send, recv, size_t(n), ncclFloat32, comm_, stream_));
+  void all_gather(float* buf, const std::vector<int64_t>& counts) override {
+    grouped(buf, counts, [&](float* p, size_t n, int root) {
+      return ncclBroadcast(p, p, n, ncclFloat32, root, comm_, stream_);
+    });
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     run(double(bytes), ncclBroadcast(buf, buf, bytes, ncclChar, root, comm_, stream_));
@@ -77,6 +83,19 @@ class NcclComm final : public Comm {
     stats.seconds += now_seconds() - t0;
     stats.bytes += bytes;
     ++stats.calls;
+  }
+
+  template <class F>
+  void grouped(float* buf, const std::vector<int64_t>& counts, F&& op) {
+    if (int(counts.size()) != world()) fail("nccl: {} block counts for {} ranks", counts.size(), world());
+    int64_t off = 0;
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < world(); ++r) {
+      const int64_t n = counts[size_t(r)];
+      if (n > 0) check_nccl(op(buf + off, size_t(n), r), "grouped collective");
+      off += n;
+    }
+    run(double(off) * 4, ncclGroupEnd());
   }
 
   Comm& boot_;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/common.h"
+#include "dist/comm.h"
 #include "eval/core.h"
 #include "core/progress.h"
 
@@ -174,21 +175,22 @@ std::vector<std::vector<CoreRowScore>> score_core_examples(const CoreModel& m,
 namespace {
 
 // Evaluates one task's (already shuffled and truncated) items. Returns {correct, prefix_mismatch}.
+// `mine`: the indices of the items this rank scores (few-shot examples come from all of them).
 std::pair<int64_t, int64_t> run_task(const CoreModel& m, const CoreTask& task,
-                                     const std::vector<nlohmann::json>& items, Progress* prog,
-                                     int64_t* tokens_scored, int64_t* tokens_forward) {
-  const int64_t n = (int64_t)items.size();
+                                     const std::vector<nlohmann::json>& items, const std::vector<int64_t>& mine,
+                                     Progress* prog, int64_t* tokens_scored, int64_t* tokens_forward) {
+  const int64_t n = (int64_t)items.size(), n_mine = (int64_t)mine.size();
   // Chunks big enough that length-sorting finds similar rows, small enough to bound memory.
   const int64_t chunk = std::max<int64_t>(64, 16 * std::max(1, m.max_rows));
   int64_t correct = 0, mismatch = 0, done = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    int64_t c1 = std::min(n, c0 + chunk);
+  for (int64_t c0 = 0; c0 < n_mine; c0 += chunk) {
+    int64_t c1 = std::min(n_mine, c0 + chunk);
     std::vector<std::vector<std::string>> prompts(c1 - c0);
     std::vector<std::string_view> flat;
     for (int64_t i = c0; i < c1; i++) {
       std::vector<const nlohmann::json*> shots;
-      for (int64_t s : core_fewshot_indices(n, i, task.num_fewshot)) shots.push_back(&items[s]);
-      prompts[i - c0] = render_core_prompts(task, items[i], shots);
+      for (int64_t s : core_fewshot_indices(n, mine[i], task.num_fewshot)) shots.push_back(&items[s]);
+      prompts[i - c0] = render_core_prompts(task, items[mine[i]], shots);
     }
     for (auto& p : prompts)
       for (auto& s : p) flat.push_back(s);
@@ -205,7 +207,7 @@ std::pair<int64_t, int64_t> run_task(const CoreModel& m, const CoreTask& task,
         for (uint32_t id : enc[k]) t.push_back((int32_t)id);
         toks.push_back(std::move(t));
       }
-      int gold = task.type == CoreTaskType::LanguageModeling ? 0 : items[i]["gold"].get<int>();
+      int gold = task.type == CoreTaskType::LanguageModeling ? 0 : items[mine[i]]["gold"].get<int>();
       exs.push_back(build_core_example(task.type, std::move(toks), gold, m.context));
       mismatch += exs.back().prefix_mismatch;
       for (const auto& row : exs.back().rows) *tokens_scored += (int64_t)row.tokens.size();
@@ -213,7 +215,8 @@ std::pair<int64_t, int64_t> run_task(const CoreModel& m, const CoreTask& task,
     auto scores = score_core_examples(m, exs, tokens_forward);
     for (size_t e = 0; e < exs.size(); e++) correct += judge_core_example(task.type, exs[e], scores[e]);
     done = c1;
-    if (prog) prog->update((double)done, fmt::format("{}/{} items | acc {:.4f}", done, n, (double)correct / done));
+    if (prog)
+      prog->update((double)done, fmt::format("{}/{} items | acc {:.4f}", done, n_mine, (double)correct / done));
   }
   return {correct, mismatch};
 }
@@ -243,12 +246,15 @@ nlohmann::json eval_core(const CoreModel& m, const CoreOptions& opt) {
   double t_start = now_seconds();
   double sum_centered = 0;
   int evaluated = 0;
+  const int world = opt.comm ? opt.comm->world() : 1, rank = opt.comm ? opt.comm->rank() : 0;
   for (size_t ti = 0; ti < tasks.size(); ti++) {
     const CoreTask& task = tasks[ti];
     std::string path = opt.bundle + "/eval_data/" + task.dataset_uri;
-    if (!path_exists(path)) {
+    // Decided together: a file missing on one host skips the task on every rank.
+    const bool missing = world > 1 ? opt.comm->any(!path_exists(path)) : !path_exists(path);
+    if (missing) {
       res["missing"].push_back(task.label);
-      if (opt.progress) std::fprintf(stderr, "core: %s: data file %s is missing, task skipped\n", task.label.c_str(), path.c_str());
+      if (opt.progress && rank == 0) std::fprintf(stderr, "core: %s: data file %s is missing, task skipped\n", task.label.c_str(), path.c_str());
       continue;
     }
     double t0 = now_seconds();
@@ -256,12 +262,25 @@ nlohmann::json eval_core(const CoreModel& m, const CoreOptions& opt) {
     core_shuffle(items);
     if (opt.max_per_task > 0 && (int64_t)items.size() > opt.max_per_task) items.resize(opt.max_per_task);
     if (items.empty()) fail("CORE task {}: {} has no items", task.label, path);
+    std::vector<int64_t> mine;
+    for (int64_t i = rank; i < (int64_t)items.size(); i += world) mine.push_back(i);
     std::unique_ptr<Progress> prog;
-    if (opt.progress)
-      prog = std::make_unique<Progress>(fmt::format("core [{}/{}] {}", ti + 1, tasks.size(), task.label),
-                                        (double)items.size());
+    if (opt.progress && rank == 0)
+      prog = std::make_unique<Progress>(
+          fmt::format("core [{}/{}] {}{}", ti + 1, tasks.size(), task.label,
+                      world > 1 ? fmt::format(" (rank 0 of {})", world) : std::string()),
+          (double)mine.size());
     int64_t tokens = 0, forward = 0;
-    auto [correct, mismatch] = run_task(m, task, items, prog.get(), &tokens, &forward);
+    auto [correct, mismatch] = run_task(m, task, items, mine, prog.get(), &tokens, &forward);
+    if (world > 1) {
+      // Counts well below 2^53, so the double sums are exact.
+      double c[4] = {double(correct), double(mismatch), double(tokens), double(forward)};
+      opt.comm->all_reduce(c, 4, ReduceOp::Sum);
+      correct = int64_t(c[0]);
+      mismatch = int64_t(c[1]);
+      tokens = int64_t(c[2]);
+      forward = int64_t(c[3]);
+    }
     double acc = (double)correct / items.size();
     double cen = centered_accuracy(acc, task.random_baseline);
     double secs = now_seconds() - t0;

@@ -21,6 +21,7 @@ namespace clm {
 
 struct GPT;
 struct Tokenizer;
+class Comm;
 
 struct CoreOptions {
   std::string bundle;               // folder with core.yaml, eval_meta_data.csv, eval_data/
@@ -28,6 +29,10 @@ struct CoreOptions {
   std::vector<std::string> tasks;   // empty = all
   int batch = 8;                    // rows per forward
   bool progress = true;
+  // Several ranks: every rank calls eval_core; item i of each task is scored on rank i mod world
+  // and the counts are summed exactly, so every rank returns what one process would. Progress is
+  // rank 0's share.
+  Comm* comm = nullptr;
 };
 
 // Returns {"tasks": {label: {accuracy, centered, n, ...}}, "missing": [...], "core": x,

@@ -2,6 +2,14 @@
 // optim.embed, Head -> optim.head, Scalar -> optim.scalar), clips by the global gradient norm, then
 // runs AdamW or Muon per group. State (moments, Muon momentum) lives in one allocation; save/load
 // write it with the parameter names and sizes so a mismatched checkpoint is refused.
+//
+// Sharded (ZeRO-1, several ranks): the parameters are cut into contiguous shares of the flat
+// parameter/gradient layout, one per rank, balanced by the estimated cost of their updates (Muon's
+// Newton-Schulz dominates), so each Muon matrix is orthogonalised once, by its owner. A rank
+// allocates state for its share only, updates it from its reduce-scattered gradients, and the
+// parameters are then all-gathered. The gradient norm is combined from per-parameter partial sums
+// in parameter order, so it is the unsharded norm to the bit; with two ranks each gradient element
+// is the same two-term sum either way, so sharded training equals unsharded training bit for bit.
 #include "optim/optim.h"
 
 #include <algorithm>
@@ -15,6 +23,7 @@
 #include "backend/backend.h"
 #include "core/common.h"
 #include "core/profiler.h"
+#include "dist/comm.h"
 #include "optim/optim_state.h"
 
 namespace clm {
@@ -40,14 +49,37 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 
 constexpr const char* kStateMagic = kOptimStateMagic;
 
+// Relative cost of one parameter's update, for balancing shares between ranks: Newton-Schulz
+// FLOPs plus memory traffic weighted by a matmul-rate-to-bandwidth ratio typical of a CPU (tens of
+// FLOPs per byte; a GPU's is higher). Only the balance depends on it, never the result.
+constexpr double kFlopsPerByte = 50;
+
 }  // namespace
+
+std::vector<size_t> partition_by_cost(const std::vector<double>& cost, int world) {
+  if (world < 1) fail("partition: {} ranks", world);
+  std::vector<double> prefix(cost.size() + 1, 0.0);
+  for (size_t i = 0; i < cost.size(); ++i) prefix[i + 1] = prefix[i] + cost[i];
+  std::vector<size_t> b(size_t(world) + 1, 0);
+  b[size_t(world)] = cost.size();
+  for (int r = 1; r < world; ++r) {
+    const double target = prefix.back() * double(r) / double(world);
+    size_t i = size_t(std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin());
+    if (i > 0 && target - prefix[i - 1] <= prefix[std::min(i, cost.size())] - target) --i;
+    b[size_t(r)] = std::clamp(i, b[size_t(r) - 1], cost.size());
+  }
+  return b;
+}
 
 struct OptState {
   Param* p;
   int group;          // index into groups
   bool muon;
   int64_t n, rows, cols;
-  float* m = nullptr;  // AdamW first moment / Muon momentum buffer
+  bool owned = true;   // this rank updates it (always, unsharded)
+  int64_t flat = 0;    // offset of p->data (and p->grad) in the flat layout (sharded)
+  int64_t soff = 0;    // offset of its moments in the whole (unsharded) state
+  float* m = nullptr;  // AdamW first moment / Muon momentum buffer (owned only)
   float* v = nullptr;  // AdamW second moment
 };
 
@@ -69,22 +101,34 @@ struct OptimizerImpl {
   int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
   Profiler* prof = nullptr;
 
-  // Points each state's moments into `storage` (m, then v for AdamW), in state order. Called after
-  // storage is (re)allocated: at construction and when load() swaps in a freshly read buffer.
+  // Sharding (ZeRO-1). The whole state is laid out as unsharded (m, then v for AdamW, in state
+  // order); this rank's storage is the slice [state_bounds[rank], state_bounds[rank+1]) of it.
+  Comm* comm = nullptr;
+  bool sharded = false;
+  float* pbase = nullptr;          // the flat parameter layout (first parameter's data)
+  float* gbase = nullptr;          // ... and gradient layout
+  std::vector<int64_t> bounds;     // flat offsets of each rank's share, world + 1
+  std::vector<int64_t> state_bounds;  // the same shares as offsets into the whole state
+  int64_t bucket = int64_t(1) << 22;  // floats per collective call
+  std::vector<float> gathered;     // the whole state after gather_state()
+  bool gathered_fresh = false;     // no step since gather_state()
+
+  int64_t own_state_begin() const { return sharded ? state_bounds[size_t(comm->rank())] : 0; }
+
+  // Points each owned state's moments into `storage` at its offset in the whole state minus this
+  // rank's start (so unsharded, the whole state in order).
   void bind_storage() {
-    float* cur = storage.as<float>();
+    float* base = storage.as<float>() - own_state_begin();
     for (OptState& st : states) {
-      st.m = cur;
-      cur += st.n;
-      if (!st.muon) {
-        st.v = cur;
-        cur += st.n;
-      }
+      if (!st.owned) continue;
+      st.m = base + st.soff;
+      st.v = st.muon ? nullptr : base + st.soff + st.n;
     }
   }
 };
 
-Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(std::make_unique<OptimizerImpl>()) {
+Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* comm)
+    : impl(std::make_unique<OptimizerImpl>()) {
   OptimizerImpl& s = *impl;
   s.cfg = cfg;
   s.groups[0] = &s.cfg.matrix;
@@ -121,11 +165,86 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg) : impl(
     }
     s.states.push_back(st);
   }
+  {
+    int64_t soff = 0;
+    for (OptState& st : s.states) {
+      st.soff = soff;
+      soff += st.muon ? st.n : 2 * st.n;
+    }
+  }
   s.storage_n = total;
-  s.storage = DeviceBuffer(*s.be, size_t(total) * 4);
+  if (comm && comm->world() > 1 && cfg.shard_state) {
+    // The flat layout: every parameter at the same offset from the first in the data and in the
+    // gradient allocation, in increasing order (GPT carves them so).
+    s.comm = comm;
+    s.sharded = true;
+    s.pbase = params.front().data;
+    s.gbase = params.front().grad;
+    int64_t end = 0;
+    for (OptState& st : s.states) {
+      st.flat = st.p->data - s.pbase;
+      if (st.flat < end || st.p->grad - s.gbase != st.flat)
+        fail("optimizer: parameter '{}' is not in one flat layout with the others; sharding needs one", st.p->name);
+      end = st.flat + st.n;
+    }
+    std::vector<double> cost;
+    for (const OptState& st : s.states) {
+      const double bytes = 28.0 * double(st.n);  // AdamW: p, g, m, v in, p, m, v out; Muon alike
+      const double ns = st.muon ? ns_flops(st.rows, st.cols, s.groups[st.group]->ns_steps) : 0.0;
+      cost.push_back(ns + kFlopsPerByte * bytes);
+    }
+    const int world = comm->world(), rank = comm->rank();
+    const std::vector<size_t> share = partition_by_cost(cost, world);
+    for (int r = 0; r <= world; ++r) {
+      const size_t i = share[size_t(r)];
+      s.bounds.push_back(r == 0 ? 0 : i < s.states.size() ? s.states[i].flat : end);
+      s.state_bounds.push_back(i < s.states.size() ? s.states[i].soff : total);
+    }
+    max_muon = 0;
+    for (size_t i = 0; i < s.states.size(); ++i) {
+      OptState& st = s.states[i];
+      st.owned = i >= share[size_t(rank)] && i < share[size_t(rank) + 1];
+      if (st.owned && st.muon) max_muon = std::max(max_muon, st.n);
+    }
+    total = s.state_bounds[size_t(rank) + 1] - s.state_bounds[size_t(rank)];
+  }
+  s.storage = DeviceBuffer(*s.be, size_t(std::max<int64_t>(total, 1)) * 4);
   s.bind_storage();
-  s.scratch_u = DeviceBuffer(*s.be, size_t(max_muon) * 4);
-  s.scratch_o = DeviceBuffer(*s.be, size_t(max_muon) * 4);
+  s.scratch_u = DeviceBuffer(*s.be, size_t(std::max<int64_t>(max_muon, 1)) * 4);
+  s.scratch_o = DeviceBuffer(*s.be, size_t(std::max<int64_t>(max_muon, 1)) * 4);
+}
+
+bool Optimizer::sharded() const { return impl->sharded; }
+const std::vector<int64_t>& Optimizer::shard_bounds() const { return impl->bounds; }
+
+void Optimizer::reduce_scatter_grads(int64_t bucket) {
+  OptimizerImpl& s = *impl;
+  if (!s.sharded) fail("optimizer: reduce_scatter_grads on an unsharded optimizer");
+  s.comm->reduce_scatter_buckets(s.gbase, s.bounds, bucket);
+}
+
+void Optimizer::gather_state() {
+  OptimizerImpl& s = *impl;
+  if (!s.sharded) return;
+  // Through a bucket-sized device buffer, so the device never holds the whole state.
+  const int rank = s.comm->rank();
+  const int64_t mine0 = s.state_bounds[size_t(rank)];
+  DeviceBuffer stage(*s.be, size_t(std::min(s.bucket, std::max<int64_t>(s.storage_n, 1))) * 4);
+  if (rank == 0) s.gathered.assign(size_t(s.storage_n), 0.0f);
+  for_each_sharded_bucket(s.state_bounds, s.comm->world(), s.bucket, [&](int64_t off, const std::vector<int64_t>& c) {
+    int64_t n = 0, lo = 0;  // this bucket's length and where this rank's piece starts in it
+    for (int r = 0; r < int(c.size()); ++r) {
+      if (r == rank) lo = n;
+      n += c[size_t(r)];
+    }
+    if (c[size_t(rank)] > 0) {
+      const int64_t from = std::max(off, mine0) - mine0;
+      s.be->copy(stage.as<float>() + lo, s.storage.as<float>() + from, sizeof(float) * c[size_t(rank)]);
+    }
+    s.comm->all_gather(stage.as<float>(), c);
+    if (rank == 0) s.be->to_host(s.gathered.data() + off, stage.as<float>(), sizeof(float) * n);
+  });
+  s.gathered_fresh = true;
 }
 
 Optimizer::~Optimizer() = default;
@@ -144,7 +263,7 @@ void Optimizer::warmup() {
   OptimizerImpl& s = *impl;
   std::vector<std::tuple<int64_t, int64_t, int, MatPrec>> done;
   for (const OptState& st : s.states) {
-    if (!st.muon) continue;
+    if (!st.muon || !st.owned) continue;
     const OptimGroup& g = *s.groups[st.group];
     auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, s.ns_prec[st.group]);
     if (std::find(done.begin(), done.end(), key) != done.end()) continue;
@@ -158,12 +277,21 @@ void Optimizer::warmup() {
 float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_override) {
   OptimizerImpl& s = *impl;
   // Global gradient norm over every parameter, then the clip factor applied while reading grads.
+  // Sharded: each rank's owned partial sums, combined exactly (every other rank adds +0.0), then
+  // summed in parameter order as the unsharded optimizer does.
+  s.gathered_fresh = false;
+  std::vector<float>().swap(s.gathered);
   double ss = 0;
   {
     int64_t n = 0;
-    for (const OptState& st : s.states) n += st.n;
+    for (const OptState& st : s.states)
+      if (st.owned) n += st.n;
     ProfScope ps(s.prof, "optim.grad_norm", "optim", 2.0 * double(n), 4.0 * double(n));
-    for (const OptState& st : s.states) ss += s.be->sum_squares(st.p->grad, st.n);
+    std::vector<double> part(s.states.size(), 0.0);
+    for (size_t i = 0; i < s.states.size(); ++i)
+      if (s.states[i].owned) part[i] = s.be->sum_squares(s.states[i].p->grad, s.states[i].n);
+    if (s.sharded) s.comm->all_reduce(part.data(), int64_t(part.size()), ReduceOp::Sum);
+    for (double v : part) ss += v;
   }
   const float norm = float(std::sqrt(ss));
   float gscale = 1.0f;
@@ -183,15 +311,15 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     if (g.kind == "adamw") {
       int64_t n = 0;
       for (const OptState& st : s.states)
-        if (st.group == gi) n += st.n;
+        if (st.group == gi && st.owned) n += st.n;
       ProfScope ps(s.prof, kAdamNames[gi], "optim", 12.0 * double(n), 4.0 * 7.0 * double(n));
       for (const OptState& st : s.states)
-        if (st.group == gi) s.be->adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
+        if (st.group == gi && st.owned) s.be->adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
                                          g.eps, wd, s.t[gi]);
     } else {
       const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
       for (const OptState& st : s.states) {
-        if (st.group != gi) continue;
+        if (st.group != gi || !st.owned) continue;
         {
           ProfScope ps(s.prof, "muon.momentum", "optim", 4.0 * double(st.n), 4.0 * 4.0 * double(st.n));
           s.be->muon_momentum(st.p->grad, st.m, s.scratch_u.as<float>(), st.n, gscale, mu, g.nesterov);
@@ -213,6 +341,10 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
       }
     }
   }
+  if (s.sharded) {
+    ProfScope ps(s.prof, "optim.all_gather", "optim", 0.0, 4.0 * double(s.bounds.back()));
+    s.comm->all_gather_buckets(s.pbase, s.bounds, s.bucket);
+  }
   return norm;
 }
 
@@ -220,7 +352,14 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
 // u8 muon, u64 numel, then numel floats (m) and, for AdamW, numel floats (v).
 void Optimizer::save(std::ostream& out) const {
   const OptimizerImpl& s = *impl;
-  std::vector<float> host;  // one state at a time, copied from the device
+  if (s.sharded && (!s.gathered_fresh || s.comm->rank() != 0))
+    fail("optimizer: a sharded state is saved by rank 0 after gather_state()");
+  std::vector<float> host;  // one state at a time, copied from the device or the gathered state
+  auto fetch = [&](const float* dev, int64_t soff, int64_t n) {
+    host.resize(size_t(n));
+    if (s.sharded) std::memcpy(host.data(), s.gathered.data() + soff, sizeof(float) * size_t(n));
+    else s.be->to_host(host.data(), dev, sizeof(float) * n);
+  };
   out.write(kStateMagic, 8);
   uint32_t np = uint32_t(s.states.size());
   out.write(reinterpret_cast<const char*>(&np), 4);
@@ -233,11 +372,10 @@ void Optimizer::save(std::ostream& out) const {
     out.write(reinterpret_cast<const char*>(&muon), 1);
     uint64_t n = uint64_t(st.n);
     out.write(reinterpret_cast<const char*>(&n), 8);
-    host.resize(size_t(st.n));
-    s.be->to_host(host.data(), st.m, sizeof(float) * st.n);
+    fetch(st.m, st.soff, st.n);
     out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.n));
     if (!st.muon) {
-      s.be->to_host(host.data(), st.v, sizeof(float) * st.n);
+      fetch(st.v, st.soff + st.n, st.n);
       out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.n));
     }
   }
@@ -262,15 +400,17 @@ void Optimizer::load(std::istream& in) {
     if (e.n != uint64_t(st.n))
       fail("optimizer state for '{}' has {} elements, the model {}", e.name, e.n, st.n);
   }
-  std::vector<float> storage(size_t(s.storage_n));
-  const float* base = s.storage.as<float>();
+  // The whole state in its unsharded layout; this rank keeps its share.
+  std::vector<float> whole(size_t(s.storage_n));
   for (size_t i = 0; i < t.params.size(); ++i) {
     const OptimStateEntry& e = t.params[i];
     const OptState& st = s.states[i];
-    std::memcpy(storage.data() + (st.m - base), e.m.data(), e.m.size());
-    if (!st.muon) std::memcpy(storage.data() + (st.v - base), e.v.data(), e.v.size());
+    std::memcpy(whole.data() + st.soff, e.m.data(), e.m.size());
+    if (!st.muon) std::memcpy(whole.data() + st.soff + st.n, e.v.data(), e.v.size());
   }
-  s.be->to_device(s.storage.as<float>(), storage.data(), sizeof(float) * storage.size());
+  const int64_t lo = s.own_state_begin();
+  const int64_t hi = s.sharded ? s.state_bounds[size_t(s.comm->rank()) + 1] : s.storage_n;
+  s.be->to_device(s.storage.as<float>(), whole.data() + lo, sizeof(float) * size_t(hi - lo));
   std::memcpy(s.t, t.steps, sizeof(t.steps));
 }
 

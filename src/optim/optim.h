@@ -11,9 +11,19 @@
 
 namespace clm {
 
+class Comm;
+
+// Contiguous shares of a list of items for `world` ranks, balanced by cost: world + 1
+// non-decreasing indices, rank r taking items [bounds[r], bounds[r+1]). Each boundary is placed
+// where the running cost comes nearest to r / world of the total.
+std::vector<size_t> partition_by_cost(const std::vector<double>& cost, int world);
+
 struct OptimizerImpl;
 struct Optimizer {
-  Optimizer(std::vector<Param>& params, const OptimConfig& cfg);
+  // With `comm` of several ranks and optim.shard_state, the state is sharded (ZeRO-1): this rank
+  // holds and updates the parameters [shard_bounds()[rank], shard_bounds()[rank+1]) of the flat
+  // parameter/gradient layout, and step() ends by gathering every rank's updated parameters.
+  Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* comm = nullptr);
   ~Optimizer();
   Optimizer(Optimizer&&) noexcept;
   Optimizer& operator=(Optimizer&&) noexcept;
@@ -21,12 +31,23 @@ struct Optimizer {
   // wd_scale every group's weight decay; muon_momentum >= 0 overrides Muon's momentum (warmup).
   // Returns the global gradient norm before clipping. When it is not finite nothing is updated.
   float step(float lr_scale, float wd_scale = 1.0f, float muon_momentum = -1.0f);
+  // Sharded only: every rank's gradients summed into the owners' ranges (a reduce-scatter over the
+  // flat gradient buffer, in buckets of `bucket` floats); step() then reads only this rank's range.
+  bool sharded() const;
+  const std::vector<int64_t>& shard_bounds() const;  // world + 1 offsets into the flat layout
+  void reduce_scatter_grads(int64_t bucket);
+  // Collective with a sharded state: every rank's share copied to rank 0 (kept until the next
+  // step), so that rank 0's save() writes the whole state, the same file as an unsharded
+  // optimizer's. A no-op otherwise.
+  void gather_state();
   std::string group_of(const std::string& param_name) const;  // "matrix" | "embed" | "head" | "scalar"
   // Builds the Newton-Schulz matmul primitives for every Muon shape (one-time JIT cost, kept out of
   // the training budget). Touches no parameter or optimizer state.
   void warmup();
-  void save(std::ostream& out) const;  // optimizer state (moments, step count)
-  void load(std::istream& in);         // throws Error on mismatch
+  // The whole state (moments, step counts), whatever the sharding; load() keeps this rank's share,
+  // so a checkpoint resumes with any number of ranks. Sharded: save() needs gather_state() first.
+  void save(std::ostream& out) const;
+  void load(std::istream& in);  // throws Error on mismatch
   void set_profiler(Profiler* p);
   std::unique_ptr<OptimizerImpl> impl;
 };

@@ -25,6 +25,10 @@ struct OptimConfig {
   OptimGroup head{.kind = "adamw", .lr = 0.0049f, .beta1 = 0.8f, .eps = 1e-10f};    // output head
   OptimGroup scalar{.kind = "adamw", .lr = 0.02f, .beta1 = 0.8f, .eps = 1e-10f};   // gains, scalars
   float grad_clip = 1.0f;  // 0 = off
+  // With several ranks: each rank keeps the optimizer state of its own share of the parameters and
+  // updates only those (ZeRO-1; Muon's Newton-Schulz runs once per matrix, on its owner), then the
+  // updated parameters are gathered. false: every rank runs the whole optimizer.
+  bool shard_state = true;
 };
 
 }  // namespace clm

@@ -73,7 +73,10 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
                                        v[1] > 1 ? fmt::format(" (and {} other ranks)", int(v[1]) - 1) : ""));
     }
     loss_sum = v[0];
-    comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
+    // ZeRO-1: each rank needs the sum of its own share only (the optimizer gathers the updated
+    // parameters); otherwise every rank gets the whole sum.
+    if (opt && opt->sharded()) opt->reduce_scatter_grads(o.bucket_floats);
+    else comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
   }
   r.loss = loss_sum / double(accum * world);
   if (opt) {

@@ -27,7 +27,8 @@ struct StepOptions {
   bool phase_times = false;
   // Data parallelism: each rank passes its own micro-batches; gradients are summed over ranks in
   // buckets of `bucket_floats` over the contiguous gradient buffer (each rank's backward already
-  // scales by 1 / (accum * world), so the sum is the average). Null or one rank: no communication.
+  // scales by 1 / (accum * world), so the sum is the average): all-reduced, or reduce-scattered to
+  // their owners when the optimizer is sharded. Null or one rank: no communication.
   Comm* comm = nullptr;
   int64_t bucket_floats = int64_t(1) << 22;
 };

@@ -32,6 +32,7 @@
 #include "data/loader.h"
 #include "eval/bpb.h"
 #include "eval/core.h"
+#include "eval/stage2.h"
 #include "exp/profile_report.h"
 #include "core/profiler.h"
 #include "core/progress.h"
@@ -221,7 +222,7 @@ TrainResult train(const TrainOptions& o) {
                     fmt::format("training {} (micro-batch {} x seq_len {})", cfg.name, B, T));
   GPT model(cfg.model, std::max(B, eval_B), T, *device);
   model.init_weights(tc.seed);
-  Optimizer opt(model.params(), cfg.optim);
+  Optimizer opt(model.params(), cfg.optim, &comm);
   LoaderOptions lo;
   lo.dir = o.data_dir;
   lo.split = "train";
@@ -252,16 +253,31 @@ TrainResult train(const TrainOptions& o) {
     if (!tok_hash.empty() && tok_hash != info.tokenizer_hash)
       fail("{} was trained on data with tokenizer {}, but {} has tokenizer {}", run_dir, tok_hash, o.data_dir,
            info.tokenizer_hash);
+    // Each rank continues from its own data position; with another number of ranks the rows read
+    // so far are dealt anew (DataLoader::resplit_state), so the run reads the same data either way.
     const int saved_world = st.value("world", 1);
-    if (saved_world != world)
-      fail("{} was written by a run of {} rank(s) and this job has {}; resume with the same number of ranks "
-           "(mpirun -n {} or --nproc {}), as each rank continues from its own data position",
-           path, saved_world, world, saved_world, saved_world);
+    std::vector<nlohmann::json> saved_loaders;
+    if (st.contains("loaders")) saved_loaders = st.at("loaders").get<std::vector<nlohmann::json>>();
+    else saved_loaders.push_back(st.at("loader"));
+    nlohmann::json my_loader;
+    if (saved_world == world) {
+      my_loader = saved_loaders.at(size_t(rank));
+    } else {
+      try {
+        my_loader = DataLoader::resplit_state(saved_loaders, world, B);
+      } catch (const Error& e) {
+        fail("{} was written by a run of {} rank(s) and this job has {}: {}; resume with {} rank(s)", path,
+             saved_world, world, e.what(), saved_world);
+      }
+      if (!quiet)
+        std::fprintf(stderr, "train: %s was written by %d rank(s); continuing with %d, the same rows dealt anew\n",
+                     path.c_str(), saved_world, world);
+    }
     step = st.at("step").get<int64_t>();
     tokens = st.at("tokens").get<int64_t>();
     clock.used = st.at("budget_used").get<double>();
     clock.recent = st.value("recent_step_seconds", std::vector<double>{});
-    loader.restore(st.contains("loaders") ? st.at("loaders").at(size_t(rank)) : st.at("loader"));
+    loader.restore(my_loader);
     auto rs = st.at("rng").get<std::vector<uint64_t>>();
     for (int i = 0; i < 4; ++i) rng.s[i] = rs.at(size_t(i));
     next_eval_at = st.value("next_eval_at", next_eval_at);
@@ -299,6 +315,7 @@ TrainResult train(const TrainOptions& o) {
   // Collective: every rank hands rank 0 its loader position; rank 0 writes the file.
   auto checkpoint = [&](const char* why) {
     const std::vector<std::string> states = comm.all_gather_strings(loader.state().dump());
+    opt.gather_state();  // collective with a sharded optimizer
     if (!lead) return;
     nlohmann::json loaders = nlohmann::json::array();
     for (const std::string& s : states) loaders.push_back(nlohmann::json::parse(s));
@@ -523,7 +540,15 @@ TrainResult train(const TrainOptions& o) {
   BpbResult final_val = evaluate(tc.val_tokens, !quiet);
   res.val_bpb = final_val.bpb;
   res.finished = true;
-  if (!lead) return res;  // rank 0 alone writes the summary and scores CORE
+  nlohmann::json core;
+  if (!o.core_bundle.empty()) {  // split over the ranks like the bpb
+    CoreOptions co;
+    co.bundle = o.core_bundle;
+    co.progress = !quiet;
+    co.comm = &comm;
+    core = eval_core(model, dataset.tokenizer, co);
+  }
+  if (!lead) return res;  // rank 0 alone writes the summary
   nlohmann::json vrow = {{"step", step},          {"tokens", tokens},       {"device_seconds", clock.used},
                          {"val_bpb", final_val.bpb}, {"val_tokens", final_val.tokens}, {"final", true}};
   metrics->append(vrow);
@@ -550,11 +575,9 @@ TrainResult train(const TrainOptions& o) {
       {"matmul_precision", prec_name(model.matmul_precision())},
       {"wall_seconds", now_seconds() - t_start},
   };
-  if (!o.core_bundle.empty()) {
-    CoreOptions co;
-    co.bundle = o.core_bundle;
-    co.progress = !quiet;
-    summary["core"] = eval_core(model, dataset.tokenizer, co);
+  if (!core.is_null()) {
+    summary["core"] = core;
+    if (!core["core"].is_null()) summary["stage2"] = stage2_score(final_val.bpb, core["core"].get<double>());
   }
   write_json_file((fs::path(run_dir) / "summary.json").string(), summary);
   res.summary = summary;
