@@ -14,6 +14,7 @@
 #include "data/loader.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#include "dist/watchdog.h"
 #include "optim/optim.h"
 #ifdef CLOCKLM_HAVE_NCCL
 #include "dist/comm_nccl.h"
@@ -266,4 +267,32 @@ TEST(DistTrain, AKilledRankEndsTheOtherWithAnErrorNamingIt) {
   EXPECT_NE(r.status, 124) << "the surviving rank did not end within 30 s\n" << r.out;
   EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
   fs::remove_all(run);
+}
+
+TEST(DistTrain, AStuckRankEndsTheJobThroughTheCollectiveWatchdog) {
+  SKIP_WITHOUT_MPI();
+  const std::string bin = CLOCKLM_BINARY, run = temp_run("dp_hang");
+  // Rank 1 stops making progress at step 3 without dying; rank 0 waits in the step's all-reduce,
+  // gives up after the 3 s watchdog timeout, and mpirun ends the stuck rank.
+  const double t0 = now_seconds();
+  CmdResult r = run_cmd("CLOCKLM_FAULT=hang-at-step:3@1 CLOCKLM_COLLECTIVE_TIMEOUT=3 timeout 60 " + bin + " train" +
+                        kTiny + " --set train.threads=1 --set max_steps=1000 --budget 1h --data " + tiny_dataset() +
+                        " --nproc 2 --out " + run);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.status, 124) << "the job did not end within 60 s\n" << r.out;
+  EXPECT_LT(now_seconds() - t0, 60.0);
+  EXPECT_NE(r.out.find("rank 0 of 2: waited"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one is stuck or gone"), std::string::npos) << r.out;
+  fs::remove_all(run);
+}
+
+TEST(Dist, CollectiveTimeoutIsReadStrictly) {
+  ::setenv("CLOCKLM_COLLECTIVE_TIMEOUT", "12.5", 1);
+  EXPECT_EQ(collective_timeout_seconds(), 12.5);
+  ::setenv("CLOCKLM_COLLECTIVE_TIMEOUT", "soon", 1);
+  EXPECT_THROW(collective_timeout_seconds(), Error);
+  ::setenv("CLOCKLM_COLLECTIVE_TIMEOUT", "-1", 1);
+  EXPECT_THROW(collective_timeout_seconds(), Error);
+  ::unsetenv("CLOCKLM_COLLECTIVE_TIMEOUT");
+  EXPECT_EQ(collective_timeout_seconds(), 900);
 }

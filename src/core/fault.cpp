@@ -48,7 +48,8 @@ std::vector<Fault>& faults() {
       if (f.kind == "kill-in-write" && c1 != c2) {
         f.pattern = item.substr(c1 + 1, c2 - c1 - 1);
         f.at = std::atol(item.c_str() + c2 + 1);
-      } else if ((f.kind == "nan-loss" || f.kind == "kill-at-step" || f.kind == "signal-at-step") &&
+      } else if ((f.kind == "nan-loss" || f.kind == "kill-at-step" || f.kind == "signal-at-step" ||
+                  f.kind == "hang-at-step") &&
                  c1 != std::string::npos) {
         f.at = std::atol(item.c_str() + c1 + 1);
       } else {
@@ -75,6 +76,8 @@ void fault_point_step() {
   for (Fault& f : faults()) {
     if (f.kind == "kill-at-step" && ++f.seen == f.at) ::kill(::getpid(), SIGKILL);
     if (f.kind == "signal-at-step" && ++f.seen == f.at) ::kill(::getpid(), SIGTERM);
+    if (f.kind == "hang-at-step" && ++f.seen == f.at)
+      for (;;) ::pause();  // alive but stuck, as a deadlocked rank would be
   }
 }
 

@@ -8,6 +8,7 @@
 //   CLOCKLM_FAULT=nan-loss:<n>                         the n-th training step's loss becomes NaN
 //   CLOCKLM_FAULT=kill-at-step:<n>                     SIGKILL when the n-th training step starts
 //   CLOCKLM_FAULT=signal-at-step:<n>                   SIGTERM to itself when the n-th step starts
+//   CLOCKLM_FAULT=hang-at-step:<n>                     stops making progress (sleeps for ever) there
 //
 // Several faults may be given, separated by commas. Counts are per process and start at 1. An
 // item ending in @<r> applies only to rank r of a multi-process job (OMPI_COMM_WORLD_RANK), so a
@@ -21,7 +22,7 @@ namespace clm {
 void fault_point_write(std::string_view path);
 // True when this training step's loss is to be replaced by NaN.
 bool fault_nan_loss();
-// Called when a training step starts (kill-at-step, signal-at-step).
+// Called when a training step starts (kill-at-step, signal-at-step, hang-at-step).
 void fault_point_step();
 
 }  // namespace clm

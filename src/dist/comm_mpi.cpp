@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <vector>
+
+#include "dist/watchdog.h"
 
 namespace clm {
 
@@ -32,8 +35,10 @@ class MpiComm final : public Comm {
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_world_);
     MPI_Comm_free(&local);
+    if (world_ > 1) watchdog_ = std::make_unique<CollectiveWatchdog>(rank_, world_);
   }
   ~MpiComm() override {
+    watchdog_.reset();
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
@@ -49,7 +54,7 @@ class MpiComm final : public Comm {
 
   void reduce_scatter(float* buf, const std::vector<int64_t>& counts) override {
     const int64_t total = layout(counts);
-    Timed t(*this, double(total) * 4);
+    Timed t(*this, double(total) * 4, "reduce-scatter");
     // Into a scratch block, then in place: MPI_IN_PLACE for reduce-scatter would put the result at
     // the start of the buffer rather than at this rank's block.
     const int64_t mine = counts[size_t(rank_)];
@@ -59,18 +64,18 @@ class MpiComm final : public Comm {
   }
   void all_gather(float* buf, const std::vector<int64_t>& counts) override {
     const int64_t total = layout(counts);
-    Timed t(*this, double(total) * 4);
+    Timed t(*this, double(total) * 4, "all-gather");
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, icounts_.data(), displs_.data(), MPI_FLOAT,
                    MPI_COMM_WORLD);
   }
   void broadcast(void* buf, size_t bytes, int root) override {
-    Timed t(*this, double(bytes));
+    Timed t(*this, double(bytes), "broadcast");
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < bytes; off += size_t(kMaxCount))
       MPI_Bcast(p + off, int(std::min<size_t>(size_t(kMaxCount), bytes - off)), MPI_BYTE, root, MPI_COMM_WORLD);
   }
   void barrier() override {
-    Timed t(*this, 0);
+    Timed t(*this, 0, "barrier");
     MPI_Barrier(MPI_COMM_WORLD);
   }
   [[noreturn]] void abort(int code) override {
@@ -79,18 +84,23 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // Counts a collective's time and payload, and keeps the watchdog informed while it runs.
   struct Timed {
-    Comm& c;
+    MpiComm& c;
     double t0;
-    Timed(Comm& comm, double bytes) : c(comm), t0(now_seconds()) {
+    Timed(MpiComm& comm, double bytes, const char* what) : c(comm), t0(now_seconds()) {
       c.stats.bytes += bytes;
       ++c.stats.calls;
+      if (c.watchdog_) c.watchdog_->enter(what);
     }
-    ~Timed() { c.stats.seconds += now_seconds() - t0; }
+    ~Timed() {
+      if (c.watchdog_) c.watchdog_->leave();
+      c.stats.seconds += now_seconds() - t0;
+    }
   };
 
   void reduce(void* buf, int64_t n, MPI_Datatype type, int size, ReduceOp op) {
-    Timed t(*this, double(n) * size);
+    Timed t(*this, double(n) * size, "all-reduce");
     char* p = static_cast<char*>(buf);
     for (int64_t off = 0; off < n; off += kMaxCount)
       MPI_Allreduce(MPI_IN_PLACE, p + off * size, int(std::min(kMaxCount, n - off)), type,
@@ -115,6 +125,7 @@ class MpiComm final : public Comm {
 
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
   std::vector<int> icounts_, displs_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::vector<float> scratch_;
 };
 

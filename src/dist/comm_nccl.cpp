@@ -9,6 +9,9 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <memory>
+
+#include "dist/watchdog.h"
 
 namespace clm {
 
@@ -32,8 +35,10 @@ class NcclComm final : public Comm {
     check_nccl(ncclCommInitRank(&comm_, boot_.world(), id, boot_.rank()), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaMalloc(&scratch_, 16), "cudaMalloc");
+    watchdog_ = std::make_unique<CollectiveWatchdog>(boot_.rank(), boot_.world());
   }
   ~NcclComm() override {
+    watchdog_.reset();
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
@@ -79,7 +84,9 @@ class NcclComm final : public Comm {
   void run(double bytes, ncclResult_t issued) {
     const double t0 = now_seconds();
     check_nccl(issued, "collective");
+    watchdog_->enter("nccl collective");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    watchdog_->leave();
     stats.seconds += now_seconds() - t0;
     stats.bytes += bytes;
     ++stats.calls;
@@ -102,6 +109,7 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 }  // namespace
