@@ -56,21 +56,62 @@ void DeviceBuffer::reset() {
 
 Backend& cpu_backend() { return cpu_backend_instance(); }
 
+namespace {
+
+// The first device the CUDA kernels run on (compute capability 8.0 or newer), or -1.
+int first_usable_cuda() {
+  if (!cuda_compiled()) return -1;
+  for (const CudaDeviceInfo& d : cuda_devices())
+    if (d.cc_major >= kCudaMinMajor) return d.index;
+  return -1;
+}
+
+}  // namespace
+
 std::shared_ptr<Backend> make_backend(const std::string& name) {
-  // The CPU backend is process-wide (one oneDNN engine, one thread pool); callers share it.
+  // The CPU backend is process-wide (one oneDNN engine, one thread pool); callers share it. So is
+  // each GPU's backend (one stream, cuBLASLt handle and plans per device).
   std::shared_ptr<Backend> cpu(&cpu_backend_instance(), [](Backend*) {});
   if (name == "cpu") return cpu;
-  if (name == "auto") return cpu;  // the CUDA backend has no kernels yet: the CPU is the best present
+  if (name == "auto") {
+    const int dev = first_usable_cuda();
+    if (dev < 0) return cpu;
+    try {
+      return make_cuda_backend(dev);
+    } catch (const Error&) {
+      return cpu;  // a GPU that cannot be set up (busy, out of memory): the CPU is the best present
+    }
+  }
   if (name == "cuda" || name.starts_with("cuda:")) {
     if (!cuda_compiled()) fail("--device {}: {}", name, cuda_unavailable_reason());
-    if (cuda_devices().empty()) fail("--device {}: no CUDA device is usable ({})", name, cuda_unavailable_reason());
-    fail("--device {}: the CUDA backend can list devices but has no training kernels yet; use --device cpu",
-         name);
+    int index = 0;
+    if (name != "cuda") {
+      const std::string digits = name.substr(5);
+      if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos)
+        fail("--device '{}': expected cuda:N with N a device index", name);
+      index = std::stoi(digits);
+    }
+    const std::vector<CudaDeviceInfo> devs = cuda_devices();
+    if (devs.empty()) fail("--device {}: no CUDA device is usable ({})", name, cuda_unavailable_reason());
+    if (index >= int(devs.size()))
+      fail("--device {}: this machine has {} CUDA device(s), cuda:0 to cuda:{}", name, devs.size(),
+           devs.size() - 1);
+    const CudaDeviceInfo& d = devs[size_t(index)];
+    if (d.cc_major < kCudaMinMajor)
+      fail("--device {}: {} has compute capability {}.{}; the CUDA kernels need {}.0 or newer", name,
+           d.name, d.cc_major, d.cc_minor, kCudaMinMajor);
+    return make_cuda_backend(index);
   }
   fail("--device '{}' is unknown (cpu | cuda | cuda:N | auto)", name);
 }
 
-std::vector<std::string> available_backends() { return {"cpu"}; }
+std::vector<std::string> available_backends() {
+  std::vector<std::string> out{"cpu"};
+  if (cuda_compiled())
+    for (const CudaDeviceInfo& d : cuda_devices())
+      if (d.cc_major >= kCudaMinMajor) out.push_back(fmt::format("cuda:{}", d.index));
+  return out;
+}
 
 MatPrec resolve_precision(const std::string& setting, const Backend& be) {
   if (setting == "bf16") return MatPrec::BF16;

@@ -131,6 +131,11 @@ class Backend {
   // ---- optimizer ----
   // Sum of squares in double, the same bits whatever the thread count (waits for the device).
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // out[i] = sum_squares(xs[i], ns[i]) for i < count, with one wait for the device in all (the
+  // optimizer's per-parameter norms; a GPU would otherwise stop once per parameter).
+  virtual void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) {
+    for (int i = 0; i < count; ++i) out[i] = sum_squares(xs[i], ns[i]);
+  }
   virtual void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
                             float lr, float beta1, float beta2, float eps, float wd, int64_t t) = 0;
   virtual void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale,

@@ -1,0 +1,558 @@
+// The CUDA backend: the Backend interface on one GPU. Every op is enqueued on the backend's one
+// stream, so ops run in issue order and nothing waits for the device except what the interface
+// says waits (to_host, synchronize, a timer's stop, softcap_xent's and sum_squares' totals). Kernels
+// live in ops.cu, attention.cu and optim.cu; this file is host code: memory, cuBLASLt matmuls
+// (descriptors and the chosen algorithm cached per shape), Newton-Schulz as a chain of those
+// matmuls, and the scratch buffers the kernels borrow.
+//
+// Matmuls: fp32 accumulation always (CUBLAS_COMPUTE_32F); fp32 inputs are multiplied in true fp32
+// (no TF32), as on the CPU, so both backends mean the same thing by "fp32".
+#ifdef CLOCKLM_HAVE_CUDA
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "backend/cpu/newton_schulz.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/kernels.h"
+#include "core/common.h"
+
+namespace clm {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear a non-sticky error so the process can go on reporting it
+    fail("cuda: {}: {}", what, cudaGetErrorString(e));
+  }
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cublas: {}: {}", what, cublasGetStatusString(s));
+}
+// After a kernel launch: a bad configuration shows here; faults inside kernels show at the next
+// synchronisation.
+void launched(const char* op) { check(cudaGetLastError(), op); }
+
+struct CudaTimer : DeviceTimer {
+  cudaStream_t st;
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  explicit CudaTimer(cudaStream_t s) : st(s) {
+    check(cudaEventCreate(&t0), "cudaEventCreate");
+    check(cudaEventCreate(&t1), "cudaEventCreate");
+  }
+  ~CudaTimer() override {
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+  }
+  void start() override { check(cudaEventRecord(t0, st), "cudaEventRecord"); }
+  double stop() override {
+    check(cudaEventRecord(t1, st), "cudaEventRecord");
+    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    return double(ms) * 1e-3;
+  }
+};
+
+// Largest power of two (up to 16) dividing the address: what cuBLASLt may assume of a pointer.
+int alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int al = 16;
+  while (al > 1 && a % uintptr_t(al) != 0) al /= 2;
+  return al;
+}
+
+// One matmul shape's cuBLASLt plan: the operation, the three layouts and the algorithm the
+// heuristic chose (lt false: cuBLASLt offered none, cublasGemmEx is used instead).
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool lt = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaDeviceInfo& info) : info_(info), dev_(info.index) {
+    check(cudaSetDevice(dev_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cublasLtCreate(&lt_), "cublasLtCreate");
+    check(cublasCreate(&blas_), "cublasCreate");
+    check(cublasSetStream(blas_, st_), "cublasSetStream");
+    check(cudaMalloc(&workspace_, kWorkspace), "cudaMalloc (matmul workspace)");
+    check(cudaMalloc(reinterpret_cast<void**>(&dres_), kResults * sizeof(double)), "cudaMalloc");
+    check(cudaMallocHost(reinterpret_cast<void**>(&hres_), kResults * sizeof(double)),
+          "cudaMallocHost");
+  }
+  // Never destroyed: one instance per device lives for the process (see make_cuda_backend), so no
+  // CUDA call runs after the runtime has shut down at exit.
+  ~CudaBackend() override = default;
+
+  // ---- identity ----
+  std::string name() const override { return fmt::format("cuda:{}", dev_); }
+  std::string description() const override {
+    return fmt::format("cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, fp32 attention)",
+                       dev_, info_.name, info_.cc_major, info_.cc_minor, info_.sm_count,
+                       double(info_.total_memory) / double(1ull << 30));
+  }
+  bool host_visible() const override { return false; }
+  bool native_bf16() const override { return info_.cc_major >= 8; }
+
+  // ---- memory ----
+  size_t memory_capacity() const override { return info_.total_memory; }
+  void* alloc(size_t bytes) override {
+    use();
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 64);
+    if (cudaMalloc(&p, n) != cudaSuccess) {
+      cudaGetLastError();
+      fail("out of memory allocating {} MiB on {}", n >> 20, name());
+    }
+    check(cudaMemsetAsync(p, 0, n, st_), "cudaMemsetAsync");  // stream-ordered before any use
+    return p;
+  }
+  void free(void* p) override {
+    if (!p) return;
+    use();
+    // Work still queued may read p; wait for it (frees are rare: models, scratch growth).
+    check(cudaStreamSynchronize(st_), "cudaStreamSynchronize");
+    check(cudaFree(p), "cudaFree");
+  }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    use();
+    // From pageable memory the copy is staged before this returns, so `src` may change afterwards.
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st_), "to_device");
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    use();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st_), "to_host");
+    check(cudaStreamSynchronize(st_), "to_host (a kernel before it failed)");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (!bytes || dst == src) return;
+    use();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st_), "copy");
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (!bytes) return;
+    use();
+    check(cudaMemsetAsync(dst, 0, bytes, st_), "zero");
+  }
+  void synchronize() override {
+    use();
+    check(cudaStreamSynchronize(st_), "synchronize (a kernel before it failed)");
+  }
+  std::unique_ptr<DeviceTimer> timer() override {
+    use();
+    return std::make_unique<CudaTimer>(st_);
+  }
+
+  // ---- matmul and conversions ----
+  void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
+            const void* B, float* C, bool accumulate) override {
+    use();
+    matmul(prec, ta, tb, M, N, K, A, B, C, C, 1.0f, accumulate ? 1.0f : 0.0f);
+  }
+  void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
+    if (M > 0 && N > 0 && K > 0) {
+      use();
+      plan(prec, ta, tb, M, N, K, 16, 16, 16);
+    }
+  }
+  void f32_to_bf16(const float* x, bf16* y, int64_t n) override {
+    use();
+    cuda::f32_to_bf16(st_, x, y, n);
+    launched("f32_to_bf16");
+  }
+  void bf16_to_f32(const bf16* x, float* y, int64_t n) override {
+    use();
+    cuda::bf16_to_f32(st_, x, y, n);
+    launched("bf16_to_f32");
+  }
+
+  // ---- layers ----
+  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C) override {
+    use();
+    cuda::embedding_fwd(st_, tok, wte, out, N, C);
+    launched("embedding_fwd");
+  }
+  void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N,
+                     int64_t C) override {
+    use();
+    cuda::embedding_bwd(st_, tok, dout, dwte, N, C, scratch(cuda::embedding_bwd_scratch(N)));
+    launched("embedding_bwd");
+  }
+  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
+                   int64_t C, float eps) override {
+    use();
+    cuda::rmsnorm_fwd(st_, x, g, y, out_t == DType::BF16, rstd, rows, C, eps);
+    launched("rmsnorm_fwd");
+  }
+  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                   float* dg, int64_t rows, int64_t C) override {
+    use();
+    cuda::rmsnorm_bwd(st_, x, g, rstd, dy, dx, dg, rows, C, scratch(cuda::rmsnorm_bwd_scratch(rows, C)));
+    launched("rmsnorm_bwd");
+  }
+  // The tables are computed on the host exactly as the CPU backend computes them (double angles,
+  // libm cos/sin) and uploaded: both backends rotate by the same fp32 values.
+  void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) override {
+    const int h2 = hd / 2;
+    std::vector<float> c(size_t(T) * h2), s(c.size());
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < h2; ++i) {
+        const double ang = double(t) * std::pow(double(base), -2.0 * i / double(hd));
+        c[size_t(t) * h2 + i] = float(std::cos(ang));
+        s[size_t(t) * h2 + i] = float(std::sin(ang));
+      }
+    to_device(cos_t, c.data(), c.size() * 4);
+    to_device(sin_t, s.data(), s.size() * 4);
+  }
+  void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
+                int pos0) override {
+    use();
+    cuda::rope_fwd(st_, x, rows, T, hd, cos_t, sin_t, pos0);
+    launched("rope_fwd");
+  }
+  void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                     const float* qg, const float* kg, float eps, const float* cos_t,
+                     const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                     float* q, float* k, float* v) override {
+    use();
+    cuda::qkv_heads_fwd(st_, qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw,
+                        q_rstd, k_rstd, q, k, v);
+    launched("qkv_heads_fwd");
+  }
+  void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
+                     const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
+                     const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
+                     bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
+                     DType out_t) override {
+    use();
+    cuda::qkv_heads_bwd(st_, dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv,
+                        hd, qk_norm, cos_t, sin_t, dqkv, out_t == DType::BF16,
+                        scratch(cuda::qkv_heads_bwd_scratch(B, T, H, Hkv, hd)));
+    launched("qkv_heads_bwd");
+  }
+  void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) override {
+    use();
+    check_head_dim(hd);
+    cuda::attention_fwd(st_, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+    launched("attention_fwd");
+  }
+  void attention_bwd(const float* q, const float* k, const float* v, const float* o,
+                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                     int H, int Hkv, int T, int hd) override {
+    use();
+    check_head_dim(hd);
+    cuda::attention_bwd(st_, q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd,
+                        scratch(cuda::attention_bwd_scratch(B, H, T)));
+    launched("attention_bwd");
+  }
+  void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
+    use();
+    cuda::split_heads(st_, x, ld, y, B, T, nh, hd);
+    launched("split_heads");
+  }
+  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
+                   int hd) override {
+    use();
+    cuda::merge_heads(st_, y, x, out_t == DType::BF16, ld, B, T, nh, hd);
+    launched("merge_heads");
+  }
+  void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
+                      int64_t Hd) override {
+    use();
+    cuda::activation_fwd(st_, act_code(a), h, y, out_t == DType::BF16, N, Hd);
+    launched("activation_fwd");
+  }
+  void activation_bwd(Activation a, const float* h, const float* dy, void* dh, DType out_t,
+                      int64_t N, int64_t Hd) override {
+    use();
+    cuda::activation_bwd(st_, act_code(a), h, dy, dh, out_t == DType::BF16, N, Hd);
+    launched("activation_bwd");
+  }
+  void residual_fwd(const float* a, const float* b, float* out, int64_t n) override {
+    use();
+    cuda::residual_fwd(st_, a, b, out, n);
+    launched("residual_fwd");
+  }
+  void scale(float* x, float s, int64_t n) override {
+    use();
+    cuda::scale(st_, x, s, n);
+    launched("scale");
+  }
+  void axpy(float* y, float a, const float* x, int64_t n) override {
+    use();
+    cuda::axpy(st_, y, a, x, n);
+    launched("axpy");
+  }
+  double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
+                      float* loss, int32_t* argmax, bool want_grad, float grad_scale) override {
+    use();
+    cuda::softcap_xent(st_, logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale,
+                       scratch(cuda::softcap_xent_scratch(N)), dres_);
+    launched("softcap_xent");
+    return fetch_results(1)[0];
+  }
+  void softcap_fwd(float* z, int64_t n, float cap) override {
+    use();
+    cuda::softcap_fwd(st_, z, n, cap);
+    launched("softcap_fwd");
+  }
+
+  // ---- optimizer ----
+  double sum_squares(const float* x, int64_t n) override {
+    use();
+    cuda::sum_squares(st_, x, n, dres_, scratch(cuda::sum_squares_scratch(n)));
+    launched("sum_squares");
+    return fetch_results(1)[0];
+  }
+  void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {
+    use();
+    for (int i0 = 0; i0 < count; i0 += kResults) {
+      const int c = std::min(count - i0, kResults);
+      size_t need = 8;
+      for (int i = 0; i < c; ++i) need = std::max(need, cuda::sum_squares_scratch(ns[i0 + i]));
+      void* s = scratch(need);
+      // Stream order: each total is written before the next array's chunk sums reuse `s`.
+      for (int i = 0; i < c; ++i) cuda::sum_squares(st_, xs[i0 + i], ns[i0 + i], dres_ + i, s);
+      launched("sum_squares");
+      const double* r = fetch_results(c);
+      std::copy(r, r + c, out + i0);
+    }
+  }
+  void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
+                    float lr, float beta1, float beta2, float eps, float wd, int64_t t) override {
+    use();
+    // Scalars exactly as the CPU kernel forms them.
+    const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
+    const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
+    const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - lr * wd;
+    cuda::adamw_update(st_, p, grad, m, v, n, gscale, beta1, beta2, eps, step, inv_sqrt_bc2, decay);
+    launched("adamw_update");
+  }
+  void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
+                     bool nesterov) override {
+    use();
+    cuda::muon_momentum(st_, grad, buf, u, n, gscale, mu, nesterov);
+    launched("muon_momentum");
+  }
+  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) override {
+    use();
+    const float decay = 1.0f - lr * wd, step = lr * scale;
+    cuda::muon_apply(st_, p, o, n, decay, step);
+    launched("muon_apply");
+  }
+  // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work on
+  // the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X. bf16 precision rounds the
+  // matmul inputs (X and A) to bf16 and keeps the fp32 state; small matrices (a^2 b <= 128*128*256)
+  // run in fp32 whatever the precision, as on the CPU. Everything stays on the device: the norm
+  // goes from the sum of squares to the scaling kernel without a host round trip.
+  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
+                     MatPrec prec) override {
+    use();
+    std::lock_guard<std::mutex> lock(ns_mu_);
+    const bool tr = rows > cols;
+    const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
+    constexpr int64_t kSmallNs = 128 * 128 * 256;
+    const bool half = prec == MatPrec::BF16 && a * a * b > kSmallNs;
+    float* X = ns_buf(0, size_t(n) * 4);
+    float* Y = ns_buf(1, size_t(n) * 4);
+    float* A = ns_buf(2, size_t(a * a) * 4);
+    float* Bm = ns_buf(3, size_t(a * a) * 4);
+    double* ss = reinterpret_cast<double*>(ns_buf(4, 8));
+    cuda::sum_squares(st_, G, n, ss, scratch(cuda::sum_squares_scratch(n)));
+    cuda::ns_load(st_, G, X, rows, cols, tr, ss);
+    launched("newton_schulz");
+    if (half) {
+      auto* Xh = reinterpret_cast<bf16*>(ns_buf(5, size_t(n) * 2));
+      auto* Ah = reinterpret_cast<bf16*>(ns_buf(6, size_t(a * a) * 2));
+      for (int it = 0; it < steps; ++it) {
+        cuda::f32_to_bf16(st_, X, Xh, n);
+        matmul(MatPrec::BF16, false, true, a, a, b, Xh, Xh, A, A, 1.0f, 0.0f);  // A = X X^T
+        cuda::f32_to_bf16(st_, A, Ah, a * a);
+        matmul(MatPrec::BF16, false, false, a, a, a, Ah, Ah, A, A, kNsC, kNsB);  // A = cAA + bA
+        cuda::f32_to_bf16(st_, A, Ah, a * a);
+        matmul(MatPrec::BF16, false, false, a, b, a, Ah, Xh, X, X, 1.0f, kNsA);  // X = AX + aX
+      }
+    } else {
+      for (int it = 0; it < steps; ++it) {
+        matmul(MatPrec::F32, false, true, a, a, b, X, X, A, A, 1.0f, 0.0f);
+        matmul(MatPrec::F32, false, false, a, a, a, A, A, A, Bm, kNsC, kNsB);
+        matmul(MatPrec::F32, false, false, a, b, a, Bm, X, X, Y, 1.0f, kNsA);
+        std::swap(X, Y);
+      }
+    }
+    cuda::ns_store(st_, X, out, rows, cols, tr);
+    launched("newton_schulz");
+  }
+
+ private:
+  static constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLASLt workspace
+  static constexpr int kResults = 4096;                    // doubles fetched per wait
+
+  static int act_code(Activation a) {
+    return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
+  }
+  void use() const { check(cudaSetDevice(dev_), "cudaSetDevice"); }
+  static void check_head_dim(int hd) {
+    if (hd > cuda::attention_max_head_dim())
+      fail("the CUDA attention kernels support head_dim up to {}, not {}",
+           cuda::attention_max_head_dim(), hd);
+  }
+
+  // Copies `n` doubles of dres_ to the host and waits: the one host synchronisation of the ops
+  // that return a value.
+  const double* fetch_results(int n) {
+    check(cudaMemcpyAsync(hres_, dres_, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st_),
+          "copy result");
+    check(cudaStreamSynchronize(st_), "synchronize (a kernel before it failed)");
+    return hres_;
+  }
+
+  // Temporary device memory for one op at a time (ops run in stream order, so the next op may
+  // reuse it). Grows, never shrinks.
+  void* scratch(size_t bytes) { return grow(scratch_, scratch_bytes_, bytes); }
+  float* ns_buf(int i, size_t bytes) { return static_cast<float*>(grow(ns_[i], ns_bytes_[i], bytes)); }
+  void* grow(void*& p, size_t& have, size_t want) {
+    want = std::max<size_t>(want, 256);
+    if (want <= have) return p;
+    if (p) free(p);
+    p = nullptr;
+    have = 0;
+    check(cudaMalloc(&p, want), "cudaMalloc (scratch)");
+    have = want;
+    return p;
+  }
+
+  // ---- matmuls ----
+  // Row-major D[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (C may be D; null with beta 0), where A
+  // is stored [M,K] or, trans_a, [K,M] and B [K,N] or, trans_b, [N,K].
+  //
+  // cuBLAS is column-major, and a row-major [r, c] matrix is the column-major [c, r] matrix (its
+  // transpose) with leading dimension c. So the row-major product D = op(A) op(B) is computed as the
+  // column-major product D^T = op(B)^T op(A)^T, of shape m = N, n = M, k = K:
+  //   first operand  = B's memory: not trans_b: stored [K,N] row-major = column-major [N x K], ld N,
+  //                    used as is (N) -> op(B)^T;  trans_b: stored [N,K] = column-major [K x N],
+  //                    ld K, transposed (T) -> [N x K] = op(B)^T.
+  //   second operand = A's memory: not trans_a: stored [M,K] = column-major [K x M], ld K, as is;
+  //                    trans_a: stored [K,M] = column-major [M x K], ld M, transposed -> [K x M].
+  //   C and D: row-major [M,N] = column-major [N x M], ld N.
+  void matmul(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
+              const void* B, const float* C, float* D, float alpha, float beta) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  // an empty sum: D = beta C
+      if (beta == 0.0f) {
+        zero(D, size_t(M) * N * 4);
+      } else {
+        copy(D, C, size_t(M) * N * 4);
+        if (beta != 1.0f) scale(D, beta, M * N);
+      }
+      return;
+    }
+    const GemmPlan& p = plan(prec, ta, tb, M, N, K, alignment_of(A), alignment_of(B),
+                             std::min(alignment_of(C ? C : D), alignment_of(D)));
+    if (!C) C = D;
+    if (p.lt) {
+      check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, D, p.c, &p.algo,
+                           workspace_, kWorkspace, st_),
+            "cublasLtMatmul");
+      return;
+    }
+    // Fallback (shapes cuBLASLt has no algorithm for, e.g. odd leading dimensions in bf16).
+    if (beta != 0.0f && C != D) copy(D, C, size_t(M) * N * 4);
+    const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    check(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       int(N), int(M), int(K), &alpha, B, in, int(tb ? K : N), A, in,
+                       int(ta ? M : K), &beta, D, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  }
+
+  const GemmPlan& plan(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int al_a,
+                       int al_b, int al_c) {
+    const auto key = std::make_tuple(int(prec), ta, tb, M, N, K, al_a, al_b, al_c);
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    GemmPlan p;
+    const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+    // Stored shapes (rows x cols, column-major) of the two operands, as derived above matmul().
+    check(tb ? cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(K), uint64_t(N), K)
+             : cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(N), uint64_t(K), N),
+          "layout");
+    check(ta ? cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(M), uint64_t(K), M)
+             : cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(K), uint64_t(M), K),
+          "layout");
+    check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(M), N), "layout");
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = kWorkspace;
+    const uint32_t a_b = uint32_t(al_b), b_a = uint32_t(al_a), c_c = uint32_t(al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    // The first operand is B's memory, the second A's.
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a_b, 4);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b_a, 4);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_c, 4);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_c, 4);
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.lt = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.lt) p.algo = res.algo;
+    return plans_.emplace(key, p).first->second;
+  }
+
+  CudaDeviceInfo info_;
+  int dev_;
+  cudaStream_t st_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* workspace_ = nullptr;
+  double* dres_ = nullptr;  // device results of the ops that return a value
+  double* hres_ = nullptr;  // pinned host copy
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  void* ns_[7] = {};
+  size_t ns_bytes_[7] = {};
+  std::mutex ns_mu_, plans_mu_;
+  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int>, GemmPlan> plans_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_cuda_backend(int index) {
+  static std::mutex mu;
+  static std::map<int, CudaBackend*> made;  // one per device, for the whole process
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = made.find(index);
+  if (it == made.end()) {
+    const std::vector<CudaDeviceInfo> devs = cuda_devices();
+    if (index < 0 || index >= int(devs.size())) fail("cuda:{}: no such device", index);
+    it = made.emplace(index, new CudaBackend(devs[size_t(index)])).first;
+  }
+  return std::shared_ptr<Backend>(it->second, [](Backend*) {});
+}
+
+}  // namespace clm
+
+#endif  // CLOCKLM_HAVE_CUDA

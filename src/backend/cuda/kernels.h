@@ -1,0 +1,91 @@
+// Host-side launchers of the CUDA backend's kernels (ops.cu, attention.cu, optim.cu). Each mirrors
+// one function of backend/cpu/ops.h or optim_kernels.h: same shapes, same = / += rule. Every
+// launcher only enqueues work on `st` (no host synchronisation); the caller checks the launch.
+// Ops that need temporary device memory say how much (`*_scratch`) and take it as `scratch`.
+// Plain C++ declarations, so cuda_backend.cpp is compiled by the host compiler.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace clm::cuda {
+
+using bf16_t = uint16_t;  // raw bfloat16 bits, as backend/dtype.h
+
+// ---- embedding ---------------------------------------------------------------------------------
+void embedding_fwd(cudaStream_t st, const int32_t* tok, const float* wte, float* out, int64_t N,
+                   int64_t C);
+size_t embedding_bwd_scratch(int64_t N);
+// dwte[tok[n]] += dout[n], each row summed in token order (a sort of (token, n), no float atomics).
+void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float* dwte, int64_t N,
+                   int64_t C, void* scratch);
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
+                 int64_t rows, int64_t C, float eps);
+size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C);
+void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd, const float* dy,
+                 float* dx, float* dg, int64_t rows, int64_t C, void* scratch);
+
+// ---- RoPE, heads -------------------------------------------------------------------------------
+void rope_fwd(cudaStream_t st, float* x, int64_t rows, int T, int hd, const float* cos_t,
+              const float* sin_t, int pos0);
+void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int Hkv, int hd,
+                   bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
+                   const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                   float* q, float* k, float* v);
+size_t qkv_heads_bwd_scratch(int B, int T, int H, int Hkv, int hd);
+void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const float* dv,
+                   const float* qraw, const float* kraw, const float* q_rstd, const float* k_rstd,
+                   const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
+                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
+                   bool out_bf16, void* scratch);
+void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh, int hd);
+void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
+                 int nh, int hd);
+
+// ---- attention (attention.cu) --------------------------------------------------------------------
+int attention_max_head_dim();
+void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
+                   float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
+size_t attention_bwd_scratch(int B, int H, int T);
+void attention_bwd(cudaStream_t st, const float* q, const float* k, const float* v, const float* o,
+                   const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                   int H, int Hkv, int T, int hd, void* scratch);
+
+// ---- MLP activations (act: 0 relu2, 1 gelu (tanh form), 2 swiglu) --------------------------------
+void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
+                    int64_t Hd);
+void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, void* dh,
+                    bool dh_bf16, int64_t N, int64_t Hd);
+
+// ---- element-wise ------------------------------------------------------------------------------
+void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n);
+void scale(cudaStream_t st, float* x, float s, int64_t n);
+void axpy(cudaStream_t st, float* y, float a, const float* x, int64_t n);
+void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap);
+size_t softcap_xent_scratch(int64_t N);
+// Writes the summed loss (double) to *total; the caller copies it to the host.
+void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
+                  float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
+                  void* scratch, double* total);
+
+// ---- optimizer (optim.cu) ----------------------------------------------------------------------
+size_t sum_squares_scratch(int64_t n);
+void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* scratch);
+void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
+                  float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
+                  float decay);
+void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n, float gscale,
+                   float mu, bool nesterov);
+void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step);
+void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
+void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);
+// Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times 1/(sqrt(*ss)+1e-7);
+// out = X or X^T back in G's shape.
+void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
+             const double* ss);
+void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr);
+
+}  // namespace clm::cuda

@@ -1,0 +1,641 @@
+// CUDA kernels of the GPT's element-wise and row-wise layers, forward next to backward, each written
+// against its CPU reference in backend/cpu/ops.cpp (the same formulas in the same association, so
+// the two backends differ only by the rounding of transcendental functions and of reduction
+// order). Reductions whose result must be reproducible (norm gains, embedding rows, the loss) run in
+// a fixed order: per-chunk partials over a split that depends only on the shape, then one ordered
+// pass. No float atomics anywhere.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace clm::cuda {
+
+namespace {
+
+// Fixed number of row chunks for gain gradients (partials per chunk, then summed in chunk order).
+constexpr int64_t kRowChunks = 256;
+
+// dst[c] += sum over chunks (in chunk order) of part[chunk * C + c].
+__global__ void add_column_partials_k(const float* part, int64_t chunks, int64_t C, float* dst) {
+  CLM_GRID_STRIDE(c, C) {
+    float acc = dst[c];
+    for (int64_t k = 0; k < chunks; ++k) acc += part[k * C + c];
+    dst[c] = acc;
+  }
+}
+
+// ---- embedding -----------------------------------------------------------------------------------
+__global__ void embedding_fwd_k(const int32_t* tok, const float* wte, float* out, int64_t N,
+                                int64_t C) {
+  CLM_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i - n * C;
+    out[i] = wte[int64_t(tok[n]) * C + c];
+  }
+}
+
+// The backward sorts the keys (token << 32 | n), which are unique, so any correct sort gives the
+// one order "by token, then by position", then adds each token's rows in position order: the CPU's
+// order (dwte[t] += dout[n] for n ascending). Bitonic sort over a power-of-two key count: whole
+// 2048-key tiles in shared memory, longer strides one global pass each.
+constexpr int kSortTile = 2048;  // keys per shared-memory tile: 1024 threads x 2
+
+__global__ void emb_keys_k(const int32_t* tok, unsigned long long* keys, int64_t N, int64_t Np) {
+  CLM_GRID_STRIDE(i, Np) {
+    keys[i] = i < N ? (static_cast<unsigned long long>(static_cast<uint32_t>(tok[i])) << 32) |
+                          static_cast<unsigned long long>(i)
+                    : ~0ull;
+  }
+}
+
+__device__ __forceinline__ void cmp_swap(unsigned long long& a, unsigned long long& b, bool up) {
+  if ((a > b) == up) {
+    const unsigned long long t = a;
+    a = b;
+    b = t;
+  }
+}
+
+// Stages k = 2 .. kSortTile (all strides) within each tile; the direction follows the global index.
+__global__ void bitonic_tile_sort_k(unsigned long long* keys) {
+  __shared__ unsigned long long s[kSortTile];
+  const int64_t base = int64_t(blockIdx.x) * kSortTile;
+  const int t = threadIdx.x;
+  s[t] = keys[base + t];
+  s[t + kSortTile / 2] = keys[base + t + kSortTile / 2];
+  __syncthreads();
+  for (int k = 2; k <= kSortTile; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const int i = 2 * t - (t & (j - 1));
+      cmp_swap(s[i], s[i + j], ((base + i) & k) == 0);
+      __syncthreads();
+    }
+  keys[base + t] = s[t];
+  keys[base + t + kSortTile / 2] = s[t + kSortTile / 2];
+}
+
+// Strides kSortTile/2 .. 1 of stage k (> kSortTile) within each tile.
+__global__ void bitonic_tile_merge_k(unsigned long long* keys, int64_t k) {
+  __shared__ unsigned long long s[kSortTile];
+  const int64_t base = int64_t(blockIdx.x) * kSortTile;
+  const int t = threadIdx.x;
+  s[t] = keys[base + t];
+  s[t + kSortTile / 2] = keys[base + t + kSortTile / 2];
+  __syncthreads();
+  const bool up = (base & k) == 0;  // the whole tile lies in one direction block (k > tile)
+  for (int j = kSortTile / 2; j > 0; j >>= 1) {
+    const int i = 2 * t - (t & (j - 1));
+    cmp_swap(s[i], s[i + j], up);
+    __syncthreads();
+  }
+  keys[base + t] = s[t];
+  keys[base + t + kSortTile / 2] = s[t + kSortTile / 2];
+}
+
+// One stride j (>= kSortTile) of stage k over all pairs.
+__global__ void bitonic_global_k(unsigned long long* keys, int64_t Np, int64_t j, int64_t k) {
+  CLM_GRID_STRIDE(t, Np / 2) {
+    const int64_t i = 2 * t - (t & (j - 1));
+    unsigned long long a = keys[i], b = keys[i + j];
+    cmp_swap(a, b, (i & k) == 0);
+    keys[i] = a;
+    keys[i + j] = b;
+  }
+}
+
+// Block x = sorted position; only the first position of each token's run works: it adds that
+// token's rows, in position order, onto dwte's row.
+__global__ void emb_bwd_runs_k(const unsigned long long* keys, const float* dout, float* dwte,
+                               int64_t N, int64_t C) {
+  const int64_t i = blockIdx.x;
+  const unsigned long long tk = keys[i] >> 32;
+  if (i > 0 && (keys[i - 1] >> 32) == tk) return;
+  float* dst = dwte + int64_t(tk) * C;
+  for (int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; c < C;
+       c += int64_t(gridDim.y) * blockDim.x) {
+    float acc = dst[c];
+    for (int64_t j = i; j < N && (keys[j] >> 32) == tk; ++j)
+      acc += dout[int64_t(keys[j] & 0xffffffffull) * C + c];
+    dst[c] = acc;
+  }
+}
+
+int64_t sort_size(int64_t N) {
+  int64_t p = kSortTile;
+  while (p < N) p <<= 1;
+  return p;
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------------
+// One block per row: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd (* g).
+template <typename OutT>
+__global__ void rmsnorm_fwd_k(const float* x, const float* g, OutT* y, float* rstd, int64_t C,
+                              float eps) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * C;
+  OutT* yr = y + r * C;
+  float ss = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += xr[c] * xr[c];
+  ss = block_sum(ss, sh);
+  const float s = 1.0f / sqrtf(ss / float(C) + eps);
+  if (rstd && threadIdx.x == 0) rstd[r] = s;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    put(yr + c, g ? xr[c] * s * g[c] : xr[c] * s);
+}
+
+// dx += s g dy - x s^3/C sum(dy g x); gain partials per row chunk: part[chunk][c] = sum dy x s.
+// One block per chunk of rows (rows [r0, r1) in order), each thread owning columns c = tid + k*blockDim.
+__global__ void rmsnorm_bwd_k(const float* x, const float* g, const float* rstd, const float* dy,
+                              float* dx, float* part, int64_t rows, int64_t C, int64_t chunks) {
+  __shared__ float sh[32];
+  const int64_t ch = blockIdx.x;
+  const int64_t r0 = rows * ch / chunks, r1 = rows * (ch + 1) / chunks;
+  float* pg = part ? part + ch * C : nullptr;
+  if (pg)
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) pg[c] = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    const float* dyr = dy + r * C;
+    float* dxr = dx + r * C;
+    const float s = rstd[r];
+    float dot = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      dot += g ? dyr[c] * g[c] * xr[c] : dyr[c] * xr[c];
+    dot = block_sum(dot, sh);
+    const float k = dot * s * s * s / float(C);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      if (g) {
+        dxr[c] += s * g[c] * dyr[c] - k * xr[c];
+        if (pg) pg[c] += dyr[c] * xr[c] * s;
+      } else {
+        dxr[c] += s * dyr[c] - k * xr[c];
+      }
+    }
+  }
+}
+
+// ---- RoPE ------------------------------------------------------------------------------------------
+__global__ void rope_k(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
+                       int pos0) {
+  const int h2 = hd / 2;
+  CLM_GRID_STRIDE(idx, rows * h2) {
+    const int64_t r = idx / h2;
+    const int i = int(idx - r * h2);
+    const int64_t pos = pos0 + r % T;
+    const float c = cos_t[pos * h2 + i], s = sin_t[pos * h2 + i];
+    float* xr = x + r * hd;
+    const float a = xr[i], b = xr[i + h2];
+    xr[i] = a * c - b * s;
+    xr[i + h2] = a * s + b * c;
+  }
+}
+
+// ---- fused qkv head stage ------------------------------------------------------------------------
+// One warp per (token row n, head column block j): j < H are q heads, then Hkv k heads, then Hkv v
+// heads (copied). The warp index is the same for all 32 lanes, so whole warps exit together.
+__global__ void qkv_fwd_k(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+                          const float* qg, const float* kg, float eps, const float* cos_t,
+                          const float* sin_t, float* qraw, float* kraw, float* q_rstd,
+                          float* k_rstd, float* q, float* k, float* v) {
+  const int nj = H + 2 * Hkv;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t N = int64_t(B) * T;
+  if (w >= N * nj) return;
+  const int64_t n = w / nj, b = n / T, t = n % T;
+  const int j = int(w - n * nj);
+  const float* src = qkv + n * nj * int64_t(hd) + int64_t(j) * hd;
+  if (j >= H + Hkv) {
+    const int h = j - H - Hkv;
+    float* dst = v + ((b * Hkv + h) * T + t) * hd;
+    for (int d = lane; d < hd; d += 32) dst[d] = src[d];
+    return;
+  }
+  const bool isq = j < H;
+  const int h = isq ? j : j - H, nh = isq ? H : Hkv;
+  const int64_t hrow = (b * nh + h) * T + t;  // row in [B, nh, T]
+  float* dst = (isq ? q : k) + hrow * hd;
+  const float* g = isq ? qg : kg;
+  float s = 1.0f;
+  if (qk_norm) {
+    float* raw = (isq ? qraw : kraw) + hrow * hd;
+    float ss = 0;
+    for (int d = lane; d < hd; d += 32) {
+      const float xv = src[d];
+      raw[d] = xv;
+      ss += xv * xv;
+    }
+    ss = warp_sum(ss);
+    s = 1.0f / sqrtf(ss / float(hd) + eps);
+    if (lane == 0) (isq ? q_rstd : k_rstd)[hrow] = s;
+  }
+  const int h2 = hd / 2;
+  const float* cs = cos_t + t * h2;
+  const float* sn = sin_t + t * h2;
+  for (int i = lane; i < h2; i += 32) {
+    float a = src[i] * s, c = src[i + h2] * s;
+    if (qk_norm && g) {
+      a *= g[i];
+      c *= g[i + h2];
+    }
+    dst[i] = a * cs[i] - c * sn[i];
+    dst[i + h2] = a * sn[i] + c * cs[i];
+  }
+}
+
+// Gradient before RoPE at element d of a head row (the inverse rotation of gsrc).
+__device__ __forceinline__ float unrotate(const float* gsrc, const float* cs, const float* sn, int d,
+                                          int h2) {
+  if (d < h2) return gsrc[d] * cs[d] + gsrc[d + h2] * sn[d];
+  const int i = d - h2;
+  return -gsrc[i] * sn[i] + gsrc[d] * cs[i];
+}
+
+template <typename OutT>
+__global__ void qkv_bwd_k(const float* dq, const float* dk, const float* dv, const float* qraw,
+                          const float* kraw, const float* q_rstd, const float* k_rstd,
+                          const float* qg, const float* kg, int B, int T, int H, int Hkv, int hd,
+                          bool qk_norm, const float* cos_t, const float* sin_t, OutT* dqkv) {
+  const int nj = H + 2 * Hkv;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t N = int64_t(B) * T;
+  if (w >= N * nj) return;
+  const int64_t n = w / nj, b = n / T, t = n % T;
+  const int j = int(w - n * nj);
+  OutT* dst = dqkv + n * nj * int64_t(hd) + int64_t(j) * hd;
+  if (j >= H + Hkv) {
+    const int h = j - H - Hkv;
+    const float* src = dv + ((b * Hkv + h) * T + t) * hd;
+    for (int d = lane; d < hd; d += 32) put(dst + d, src[d]);
+    return;
+  }
+  const bool isq = j < H;
+  const int h = isq ? j : j - H, nh = isq ? H : Hkv;
+  const int64_t hrow = (b * nh + h) * T + t;
+  const float* gsrc = (isq ? dq : dk) + hrow * hd;
+  const int h2 = hd / 2;
+  const float* cs = cos_t + t * h2;
+  const float* sn = sin_t + t * h2;
+  if (!qk_norm) {
+    for (int d = lane; d < hd; d += 32) put(dst + d, unrotate(gsrc, cs, sn, d, h2));
+    return;
+  }
+  const float* x = (isq ? qraw : kraw) + hrow * hd;
+  const float* g = isq ? qg : kg;
+  const float s = (isq ? q_rstd : k_rstd)[hrow];
+  float dot = 0;
+  for (int d = lane; d < hd; d += 32) {
+    const float gy = unrotate(gsrc, cs, sn, d, h2);
+    dot += g ? gy * g[d] * x[d] : gy * x[d];
+  }
+  dot = warp_sum(dot);
+  const float kk = dot * s * s * s / float(hd);
+  for (int d = lane; d < hd; d += 32)
+    put(dst + d, s * (g ? g[d] : 1.0f) * unrotate(gsrc, cs, sn, d, h2) - kk * x[d]);
+}
+
+// Gain-gradient partials of one head kind: rows = B*nh*T head rows in [B, nh, T] order, split in
+// `chunks` fixed chunks; part[chunk][d] = sum over the chunk's rows of gy[d] x[d] s.
+__global__ void qkv_gain_part_k(const float* dgrad, const float* raw, const float* rstd, int64_t rows,
+                                int T, int hd, const float* cos_t, const float* sin_t,
+                                int64_t chunks, float* part) {
+  const int64_t ch = blockIdx.x;
+  const int64_t r0 = rows * ch / chunks, r1 = rows * (ch + 1) / chunks;
+  const int h2 = hd / 2;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r % T;
+      const float gy = unrotate(dgrad + r * hd, cos_t + t * h2, sin_t + t * h2, d, h2);
+      acc += gy * raw[r * hd + d] * rstd[r];
+    }
+    part[ch * hd + d] = acc;
+  }
+}
+
+// ---- head layouts ----------------------------------------------------------------------------------
+__global__ void split_heads_k(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
+  CLM_GRID_STRIDE(i, int64_t(B) * nh * T * hd) {  // i walks y: [B, nh, T, hd]
+    const int64_t d = i % hd, r = i / hd;
+    const int64_t t = r % T, bh = r / T, h = bh % nh, b = bh / nh;
+    y[i] = x[(b * T + t) * ld + h * hd + d];
+  }
+}
+
+template <typename OutT>
+__global__ void merge_heads_k(const float* y, OutT* x, int64_t ld, int B, int T, int nh, int hd) {
+  CLM_GRID_STRIDE(i, int64_t(B) * T * nh * hd) {  // i walks x's written columns: [B, T, nh, hd]
+    const int64_t d = i % hd, r = i / hd;
+    const int64_t h = r % nh, bt = r / nh, t = bt % T, b = bt / T;
+    put(x + bt * ld + h * hd + d, y[((b * nh + h) * T + t) * hd + d]);
+  }
+}
+
+// ---- MLP activations -------------------------------------------------------------------------------
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+
+template <typename OutT>
+__global__ void act_fwd_k(int act, const float* h, OutT* y, int64_t N, int64_t Hd) {
+  CLM_GRID_STRIDE(i, N * Hd) {
+    if (act == 0) {  // relu2
+      const float r = h[i] > 0 ? h[i] : 0.0f;
+      put(y + i, r * r);
+    } else if (act == 1) {  // gelu, tanh approximation
+      const float v = h[i];
+      const float u = kGeluC * (v + 0.044715f * v * v * v);
+      put(y + i, 0.5f * v * (1.0f + tanhf(u)));
+    } else {  // swiglu: row [up | gate]
+      const int64_t n = i / Hd, c = i - n * Hd;
+      const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
+      const float sg = 1.0f / (1.0f + expf(-g));
+      put(y + i, up * g * sg);
+    }
+  }
+}
+
+template <typename OutT>
+__global__ void act_bwd_k(int act, const float* h, const float* dy, OutT* dh, int64_t N, int64_t Hd) {
+  CLM_GRID_STRIDE(i, N * Hd) {
+    if (act == 0) {
+      put(dh + i, h[i] > 0 ? 2.0f * h[i] * dy[i] : 0.0f);
+    } else if (act == 1) {
+      const float v = h[i];
+      const float u = kGeluC * (v + 0.044715f * v * v * v);
+      const float th = tanhf(u);
+      const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+      put(dh + i, dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du));
+    } else {
+      const int64_t n = i / Hd, c = i - n * Hd;
+      const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
+      const float sg = 1.0f / (1.0f + expf(-g));
+      put(dh + n * 2 * Hd + c, dy[i] * g * sg);
+      put(dh + n * 2 * Hd + Hd + c, dy[i] * up * sg * (1.0f + g * (1.0f - sg)));
+    }
+  }
+}
+
+// ---- element-wise ----------------------------------------------------------------------------------
+__global__ void residual_k(const float* a, const float* b, float* out, int64_t n) {
+  CLM_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+__global__ void scale_k(float* x, float s, int64_t n) {
+  CLM_GRID_STRIDE(i, n) x[i] *= s;
+}
+__global__ void axpy_k(float* y, float a, const float* x, int64_t n) {
+  CLM_GRID_STRIDE(i, n) y[i] += a * x[i];
+}
+__global__ void softcap_k(float* z, int64_t n, float cap, float inv) {
+  CLM_GRID_STRIDE(i, n) z[i] = cap * tanhf(z[i] * inv);
+}
+
+// ---- softcap + cross-entropy -------------------------------------------------------------------------
+// Running (max, sum of exp(x - max), first index of the max) of a sequence; merge() is symmetric in
+// its two arguments (bit for bit), so butterfly partners agree.
+struct LseState {
+  float m, s;
+  int i;
+};
+__device__ __forceinline__ LseState lse_merge(LseState a, LseState b) {
+  LseState r;
+  r.m = fmaxf(a.m, b.m);
+  r.s = r.m == -INFINITY ? 0.0f : a.s * expf(a.m - r.m) + b.s * expf(b.m - r.m);
+  r.i = a.m > b.m ? a.i : (b.m > a.m ? b.i : min(a.i, b.i));
+  return r;
+}
+
+// One block per row: softcap in place (z becomes s, as on the CPU), one pass for the max, the sum
+// of exponentials and the argmax (online), then the loss and, with want_grad, the gradient in place.
+constexpr int kXentThreads = 512;
+__global__ void __launch_bounds__(kXentThreads)
+    softcap_xent_k(float* logits, const int32_t* targets, int V, int Vp, float cap, float* L,
+                   int32_t* argmax, bool want_grad, float gs) {
+  __shared__ LseState sh[kXentThreads / 32];
+  const int64_t n = blockIdx.x;
+  float* z = logits + n * Vp;
+  const bool capped = cap > 0;
+  const float inv = capped ? 1.0f / cap : 0.0f;
+  LseState st{-INFINITY, 0.0f, INT_MAX};
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    float v = z[j];
+    if (capped) {
+      v = cap * tanhf(v * inv);
+      z[j] = v;
+    }
+    if (v > st.m) {
+      st.s = st.s * expf(st.m - v) + 1.0f;  // st.s is 0 while st.m is -inf
+      st.m = v;
+      st.i = j;
+    } else if (st.m != -INFINITY) {
+      st.s += expf(v - st.m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    LseState other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o),
+                   __shfl_xor_sync(0xffffffffu, st.i, o)};
+    st = lse_merge(st, other);
+  }
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = st;
+  __syncthreads();  // also makes the softcapped z visible to the whole block
+  st = sh[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) st = lse_merge(st, sh[w]);
+  const float lse = st.m + logf(st.s);
+  const int32_t tg = targets ? targets[n] : -1;
+  const float loss = tg >= 0 ? lse - z[tg] : 0.0f;
+  if (threadIdx.x == 0) {
+    L[n] = loss;
+    if (argmax) argmax[n] = st.i == INT_MAX ? V - 1 : st.i;
+  }
+  if (!want_grad) return;
+  __syncthreads();  // every thread has read z[tg] before it is overwritten
+  if (tg < 0) {
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = 0.0f;
+    return;
+  }
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float s = z[j];
+    const float ds = expf(s - lse) * gs;
+    z[j] = capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
+  }
+  for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) z[j] = 0.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the one-hot term; s_t was overwritten, it equals lse - loss
+    const float st_ = lse - loss;
+    z[tg] -= gs * (capped ? (1.0f - (st_ * inv) * (st_ * inv)) : 1.0f);
+  }
+}
+
+// total = sum of L[n] over rows with a target >= 0 (double; strided partials, one fixed tree).
+__global__ void sum_losses_k(const float* L, const int32_t* targets, int64_t N, double* total) {
+  __shared__ double sh[32];
+  double acc = 0;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
+    if (!targets || targets[n] >= 0) acc += double(L[n]);
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) *total = acc;
+}
+
+}  // namespace
+
+// ==== launchers ===================================================================================
+void embedding_fwd(cudaStream_t st, const int32_t* tok, const float* wte, float* out, int64_t N,
+                   int64_t C) {
+  if (N * C == 0) return;
+  embedding_fwd_k<<<grid_for(N * C), kThreads, 0, st>>>(tok, wte, out, N, C);
+}
+
+size_t embedding_bwd_scratch(int64_t N) { return size_t(sort_size(N)) * 8; }
+
+void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float* dwte, int64_t N,
+                   int64_t C, void* scratch) {
+  if (N == 0 || C == 0) return;
+  const int64_t Np = sort_size(N);
+  auto* keys = static_cast<unsigned long long*>(scratch);
+  emb_keys_k<<<grid_for(Np), kThreads, 0, st>>>(tok, keys, N, Np);
+  bitonic_tile_sort_k<<<unsigned(Np / kSortTile), kSortTile / 2, 0, st>>>(keys);
+  for (int64_t k = 2 * kSortTile; k <= Np; k <<= 1) {
+    for (int64_t j = k / 2; j >= kSortTile; j >>= 1)
+      bitonic_global_k<<<grid_for(Np / 2), kThreads, 0, st>>>(keys, Np, j, k);
+    bitonic_tile_merge_k<<<unsigned(Np / kSortTile), kSortTile / 2, 0, st>>>(keys, k);
+  }
+  const unsigned gy = unsigned(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
+  emb_bwd_runs_k<<<dim3(unsigned(N), gy), kThreads, 0, st>>>(keys, dout, dwte, N, C);
+}
+
+void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
+                 int64_t rows, int64_t C, float eps) {
+  if (rows == 0) return;
+  if (y_bf16)
+    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<uint16_t*>(y), rstd, C, eps);
+  else
+    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<float*>(y), rstd, C, eps);
+}
+
+size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C) {
+  return size_t(std::min(rows, kRowChunks)) * size_t(C) * 4;
+}
+
+void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd, const float* dy,
+                 float* dx, float* dg, int64_t rows, int64_t C, void* scratch) {
+  if (rows == 0) return;
+  const int64_t chunks = std::min(rows, kRowChunks);
+  float* part = g && dg ? static_cast<float*>(scratch) : nullptr;
+  rmsnorm_bwd_k<<<unsigned(chunks), kThreads, 0, st>>>(x, g, rstd, dy, dx, part, rows, C, chunks);
+  if (part) add_column_partials_k<<<grid_for(C), kThreads, 0, st>>>(part, chunks, C, dg);
+}
+
+void rope_fwd(cudaStream_t st, float* x, int64_t rows, int T, int hd, const float* cos_t,
+              const float* sin_t, int pos0) {
+  if (rows * (hd / 2) == 0) return;
+  rope_k<<<grid_for(rows * (hd / 2)), kThreads, 0, st>>>(x, rows, T, hd, cos_t, sin_t, pos0);
+}
+
+void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int Hkv, int hd,
+                   bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
+                   const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
+                   float* q, float* k, float* v) {
+  const int64_t warps = int64_t(B) * T * (H + 2 * Hkv);
+  if (warps == 0) return;
+  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  qkv_fwd_k<<<blocks, kThreads, 0, st>>>(qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t,
+                                         qraw, kraw, q_rstd, k_rstd, q, k, v);
+}
+
+size_t qkv_heads_bwd_scratch(int B, int T, int H, int Hkv, int hd) {
+  const int64_t rq = int64_t(B) * H * T, rk = int64_t(B) * Hkv * T;
+  return size_t(std::min(rq, kRowChunks * 4) + std::min(rk, kRowChunks * 4)) * size_t(hd) * 4;
+}
+
+void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const float* dv,
+                   const float* qraw, const float* kraw, const float* q_rstd, const float* k_rstd,
+                   const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
+                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
+                   bool out_bf16, void* scratch) {
+  const int64_t warps = int64_t(B) * T * (H + 2 * Hkv);
+  if (warps == 0) return;
+  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  if (out_bf16)
+    qkv_bwd_k<<<blocks, kThreads, 0, st>>>(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, B, T, H,
+                                           Hkv, hd, qk_norm, cos_t, sin_t,
+                                           static_cast<uint16_t*>(dqkv));
+  else
+    qkv_bwd_k<<<blocks, kThreads, 0, st>>>(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, B, T, H,
+                                           Hkv, hd, qk_norm, cos_t, sin_t,
+                                           static_cast<float*>(dqkv));
+  if (!(qk_norm && qg && kg && dqg && dkg)) return;
+  // Gains: more chunks than the norms (head rows are short), a fixed number for a given shape.
+  const int threads = std::min(kThreads, (hd + 31) / 32 * 32);
+  const int64_t rq = int64_t(B) * H * T, rk = int64_t(B) * Hkv * T;
+  const int64_t cq = std::min(rq, kRowChunks * 4), ck = std::min(rk, kRowChunks * 4);
+  float* pq = static_cast<float*>(scratch);
+  float* pk = pq + cq * hd;
+  qkv_gain_part_k<<<unsigned(cq), threads, 0, st>>>(dq, qraw, q_rstd, rq, T, hd, cos_t, sin_t, cq, pq);
+  qkv_gain_part_k<<<unsigned(ck), threads, 0, st>>>(dk, kraw, k_rstd, rk, T, hd, cos_t, sin_t, ck, pk);
+  add_column_partials_k<<<grid_for(hd), kThreads, 0, st>>>(pq, cq, hd, dqg);
+  add_column_partials_k<<<grid_for(hd), kThreads, 0, st>>>(pk, ck, hd, dkg);
+}
+
+void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
+  const int64_t n = int64_t(B) * nh * T * hd;
+  if (n == 0) return;
+  split_heads_k<<<grid_for(n), kThreads, 0, st>>>(x, ld, y, B, T, nh, hd);
+}
+
+void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
+                 int nh, int hd) {
+  const int64_t n = int64_t(B) * nh * T * hd;
+  if (n == 0) return;
+  if (x_bf16)
+    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(y, static_cast<uint16_t*>(x), ld, B, T, nh, hd);
+  else
+    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(y, static_cast<float*>(x), ld, B, T, nh, hd);
+}
+
+void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
+                    int64_t Hd) {
+  if (N * Hd == 0) return;
+  if (y_bf16)
+    act_fwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, static_cast<uint16_t*>(y), N, Hd);
+  else
+    act_fwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, static_cast<float*>(y), N, Hd);
+}
+
+void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, void* dh,
+                    bool dh_bf16, int64_t N, int64_t Hd) {
+  if (N * Hd == 0) return;
+  if (dh_bf16)
+    act_bwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, dy, static_cast<uint16_t*>(dh), N, Hd);
+  else
+    act_bwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, dy, static_cast<float*>(dh), N, Hd);
+}
+
+void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n) {
+  if (n > 0) residual_k<<<grid_for(n), kThreads, 0, st>>>(a, b, out, n);
+}
+void scale(cudaStream_t st, float* x, float s, int64_t n) {
+  if (n > 0) scale_k<<<grid_for(n), kThreads, 0, st>>>(x, s, n);
+}
+void axpy(cudaStream_t st, float* y, float a, const float* x, int64_t n) {
+  if (n > 0) axpy_k<<<grid_for(n), kThreads, 0, st>>>(y, a, x, n);
+}
+void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap) {
+  if (cap <= 0 || n == 0) return;
+  softcap_k<<<grid_for(n), kThreads, 0, st>>>(z, n, cap, 1.0f / cap);
+}
+
+size_t softcap_xent_scratch(int64_t N) { return size_t(std::max<int64_t>(N, 1)) * 4; }
+
+void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
+                  float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
+                  void* scratch, double* total) {
+  float* L = loss ? loss : static_cast<float*>(scratch);
+  if (N > 0)
+    softcap_xent_k<<<unsigned(N), kXentThreads, 0, st>>>(logits, targets, V, Vp, cap, L, argmax,
+                                                         want_grad, grad_scale);
+  sum_losses_k<<<1, 1024, 0, st>>>(L, targets, N, total);
+}
+
+}  // namespace clm::cuda

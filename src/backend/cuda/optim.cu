@@ -1,0 +1,140 @@
+// CUDA kernels of the optimizer and the conversions, each the formula of its CPU reference
+// (backend/cpu/optim_kernels.cpp, convert.cpp, newton_schulz.cpp) in the same association. The sum
+// of squares is deterministic: fixed 16K-element chunks (as on the CPU) summed in double per
+// block, then one block adds the chunk sums in a fixed tree.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace clm::cuda {
+
+namespace {
+
+constexpr int64_t kSsChunk = 16384;
+
+__global__ void ss_chunks_k(const float* x, int64_t n, double* part) {
+  __shared__ double sh[32];
+  const int64_t lo = int64_t(blockIdx.x) * kSsChunk;
+  const int64_t hi = lo + kSsChunk < n ? lo + kSsChunk : n;
+  double acc = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += double(x[i]) * double(x[i]);
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void ss_total_k(const double* part, int64_t chunks, double* out) {
+  __shared__ double sh[32];
+  double acc = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc += part[c];
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+__global__ void adamw_k(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
+                        float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
+                        float decay) {
+  CLM_GRID_STRIDE(i, n) {
+    const float g = grad[i] * gscale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+__global__ void muon_momentum_k(const float* grad, float* buf, float* u, int64_t n, float gscale,
+                                float mu, bool nesterov) {
+  CLM_GRID_STRIDE(i, n) {
+    const float g = grad[i] * gscale;
+    const float b = mu * buf[i] + g;
+    buf[i] = b;
+    u[i] = nesterov ? g + mu * b : b;
+  }
+}
+
+__global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, float step) {
+  CLM_GRID_STRIDE(i, n) p[i] = p[i] * decay - step * o[i];
+}
+
+__global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {
+  CLM_GRID_STRIDE(i, n) y[i] = bf16_round(x[i]);
+}
+
+__global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
+  CLM_GRID_STRIDE(i, n) y[i] = __uint_as_float(uint32_t(x[i]) << 16);
+}
+
+// X[i][j] (a x b) = (tr ? G[j][i] : G[i][j]) * inv, inv = 1/(sqrt(ss) + 1e-7) as the CPU forms it.
+__global__ void ns_load_k(const float* G, float* X, int64_t rows, int64_t cols, bool tr,
+                          const double* ss) {
+  const float inv = float(1.0 / (sqrt(*ss) + 1e-7));
+  const int64_t b = tr ? rows : cols;
+  CLM_GRID_STRIDE(idx, rows * cols) {
+    const int64_t i = idx / b, j = idx - i * b;
+    X[idx] = (tr ? G[j * cols + i] : G[idx]) * inv;
+  }
+}
+
+// out (rows x cols) = X, or X^T when X holds the transpose (a = cols, b = rows).
+__global__ void ns_store_k(const float* X, float* out, int64_t rows, int64_t cols, bool tr) {
+  CLM_GRID_STRIDE(o, rows * cols) {
+    if (tr) {
+      const int64_t j = o / cols, i = o - j * cols;  // out[j][i] = X[i][j], X is cols x rows
+      out[o] = X[i * rows + j];
+    } else {
+      out[o] = X[o];
+    }
+  }
+}
+
+}  // namespace
+
+size_t sum_squares_scratch(int64_t n) {
+  return size_t(std::max<int64_t>((n + kSsChunk - 1) / kSsChunk, 1)) * 8;
+}
+
+void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* scratch) {
+  const int64_t chunks = (n + kSsChunk - 1) / kSsChunk;
+  auto* part = static_cast<double*>(scratch);
+  if (chunks > 0) ss_chunks_k<<<unsigned(chunks), kThreads, 0, st>>>(x, n, part);
+  ss_total_k<<<1, 1024, 0, st>>>(part, chunks, out);
+}
+
+void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
+                  float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
+                  float decay) {
+  if (n > 0)
+    adamw_k<<<grid_for(n), kThreads, 0, st>>>(p, grad, m, v, n, gscale, beta1, beta2, eps, step,
+                                              inv_sqrt_bc2, decay);
+}
+
+void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n, float gscale,
+                   float mu, bool nesterov) {
+  if (n > 0) muon_momentum_k<<<grid_for(n), kThreads, 0, st>>>(grad, buf, u, n, gscale, mu, nesterov);
+}
+
+void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step) {
+  if (n > 0) muon_apply_k<<<grid_for(n), kThreads, 0, st>>>(p, o, n, decay, step);
+}
+
+void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n) {
+  if (n > 0) f32_to_bf16_k<<<grid_for(n), kThreads, 0, st>>>(x, y, n);
+}
+
+void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n) {
+  if (n > 0) bf16_to_f32_k<<<grid_for(n), kThreads, 0, st>>>(x, y, n);
+}
+
+void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
+             const double* ss) {
+  if (rows * cols > 0) ns_load_k<<<grid_for(rows * cols), kThreads, 0, st>>>(G, X, rows, cols, tr, ss);
+}
+
+void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr) {
+  if (rows * cols > 0) ns_store_k<<<grid_for(rows * cols), kThreads, 0, st>>>(X, out, rows, cols, tr);
+}
+
+}  // namespace clm::cuda
