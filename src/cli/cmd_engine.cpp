@@ -1,6 +1,7 @@
 // Subcommands of the engine area: `model` (parameter count and FLOPs of a config) and `train` (the
 // budgeted training loop, src/train/).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "config/config.h"
 #include "backend/backend.h"
 #include "dist/launch.h"
+#include "exp/plan.h"
 #include "model/gpt.h"
 #include "train/trainer.h"
 
@@ -25,6 +27,33 @@ std::string with_commas(int64_t v) {
     ++n;
   }
   return {out.rbegin(), out.rend()};
+}
+
+// `train --config auto`: plans first (as `clocklm plan` does, for this budget, data, device and
+// overrides), keeps the plan in RUN/plan.json and the winner's config in RUN/auto.json, and returns
+// that config's path for the trainer.
+std::string plan_auto_config(const TrainOptions& o, double budget_seconds) {
+  if (!o.resume_dir.empty())
+    fail("train: --config auto starts a new run; --resume continues with RUN/config.json");
+  if (o.out_dir.empty()) fail("train: --config auto needs --out RUN (the plan is kept there)");
+  if (const char* w = std::getenv("OMPI_COMM_WORLD_SIZE"); w && std::atoi(w) > 1)
+    fail("train: --config auto plans in one process; run `clocklm plan` first and give every rank "
+         "its config file");
+  PlanOptions p;
+  p.budget_seconds = budget_seconds > 0 ? budget_seconds : TrainConfig{}.budget_seconds;
+  p.data_dir = o.data_dir;
+  p.device = o.device;
+  p.sets = o.sets;
+  p.progress = !o.quiet;
+  const PlanResult r = make_plan(p);
+  if (!o.quiet) std::fprintf(stderr, "%s", format_plan(r).c_str());
+  make_dirs(o.out_dir);
+  const std::string plan = o.out_dir + "/plan.json", cfg = o.out_dir + "/auto.json";
+  atomic_write(plan, r.to_json().dump(2) + "\n");
+  atomic_write(cfg, to_json(r.ranked.front().cfg).dump(2) + "\n");
+  std::fprintf(stderr, "train: --config auto chose %s (predicted val bpb %.4f); plan in %s\n",
+               r.ranked.front().cfg.name.c_str(), r.ranked.front().predicted_bpb, plan.c_str());
+  return cfg;
 }
 
 // The process's own command line (for run.json): /proc/self/cmdline, NUL-separated.
@@ -96,7 +125,7 @@ void register_engine_commands(CLI::App& app) {
     auto o = std::make_shared<TrainOptions>();
     auto budget = std::make_shared<std::string>();
     auto nproc = std::make_shared<int>(1);
-    cmd->add_option("--config", o->config, "Preset name or JSON config file (default with --resume: RUN/config.json)");
+    cmd->add_option("--config", o->config, "Preset name, JSON config file, or auto (the best d<N> for the budget, as `clocklm plan` picks it; default with --resume: RUN/config.json)");
     cmd->add_option("--set", o->sets, "Override a config key: key=value (repeatable)");
     cmd->add_option("--data", o->data_dir, "Prepared dataset folder (from `clocklm prepare`)")->required();
     cmd->add_option("--budget", *budget, "Device-time budget, e.g. 600, 90s, 10m, 1.5h (default: train.budget_seconds)");
@@ -114,6 +143,7 @@ void register_engine_commands(CLI::App& app) {
       if (*nproc != 1) exec_local_ranks(*nproc, own_argv());
       TrainOptions opt = *o;
       if (!budget->empty()) opt.budget_seconds = parse_duration(*budget);
+      if (opt.config == "auto") opt.config = plan_auto_config(opt, opt.budget_seconds);
       opt.argv = own_argv();
       TrainResult r = train(opt);
       if (r.rank != 0) return;  // rank 0 reports for the job

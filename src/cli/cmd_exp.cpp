@@ -1,11 +1,12 @@
-// Subcommands of the experiment environment (issue 5): roofline, profile, runs, report, compare,
-// leaderboard and sweep. Each callback is a thin layer over a function in src/exp/.
+// Subcommands of the experiment environment: roofline, profile, runs, report, compare,
+// leaderboard, sweep and plan. Each callback is a thin layer over a function in src/exp/.
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "exp/plan.h"
 #include "exp/profile_report.h"
 #include "exp/profile_run.h"
 #include "exp/report.h"
@@ -210,6 +211,51 @@ static void register_sweep(CLI::App& app) {
   });
 }
 
+static void register_plan(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan", "Pick the d<N> shape with the lowest predicted val bpb for a budget on this device");
+  struct Opts {
+    PlanOptions p;
+    std::string budget, out = "plan.json";
+    bool json = false, fit_only = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--budget", o->budget, "Device-time budget, e.g. 600, 10m, 1.5h")->required();
+  cmd->add_option("--data", o->p.data_dir, "Prepared dataset (vocabulary, bytes per token; default vocab 8192)");
+  cmd->add_option("--device", o->p.device, "Backend to time candidates on: cpu | cuda[:N] | auto");
+  cmd->add_option("--runs", o->p.runs, "Fit the scaling law to the finished runs under these folders (repeatable)");
+  cmd->add_option("--set", o->p.sets, "Override applied to every candidate: key=value (repeatable)");
+  cmd->add_option("--min-depth", o->p.min_depth, "Smallest d<N> searched (default 4; the family is d4..d20)");
+  cmd->add_option("--max-depth", o->p.max_depth, "Largest d<N> searched (default 12)");
+  cmd->add_option("--measure", o->p.measure_top, "Candidates timed on the device (default 3; the rest estimated)");
+  cmd->add_option("--threads", o->p.threads, "CPU threads (default: all)");
+  cmd->add_option("--out", o->out, "Write the best candidate's config here (default plan.json)");
+  cmd->add_flag("--json", o->json, "Print the whole plan as JSON");
+  cmd->add_flag("--fit-only", o->fit_only, "Only fit the law to --runs and print it (no timing, no file)");
+  cmd->callback([o] {
+    if (o->fit_only) {
+      if (o->p.runs.empty()) fail("plan --fit-only needs --runs DIR");
+      const ScalingLaw law = fit_scaling_law(law_points_from_runs(o->p.runs));
+      std::printf("%s\n", law.to_json().dump(2).c_str());
+      return;
+    }
+    o->p.budget_seconds = parse_duration(o->budget);
+    o->p.progress = !o->json;
+    PlanResult r = make_plan(o->p);
+    const RunConfig& best = r.ranked.front().cfg;
+    atomic_write(o->out, to_json(best).dump(2) + "\n");
+    if (o->json) {
+      nlohmann::json j = r.to_json();
+      j["config_file"] = o->out;
+      std::printf("%s\n", j.dump(2).c_str());
+      return;
+    }
+    std::printf("%s", format_plan(r).c_str());
+    std::printf("best: %s, predicted val bpb %.4f; config written to %s (train --config %s)\n", best.name.c_str(),
+                r.ranked.front().predicted_bpb, o->out.c_str(), o->out.c_str());
+  });
+}
+
 void register_exp_commands(CLI::App& app) {
   register_roofline(app);
   register_profile(app);
@@ -218,6 +264,7 @@ void register_exp_commands(CLI::App& app) {
   register_compare(app);
   register_leaderboard(app);
   register_sweep(app);
+  register_plan(app);
 }
 
 }  // namespace clm

@@ -1,0 +1,366 @@
+// The planner (see plan.h): fitting the scaling law to runs, timing candidate shapes on the device,
+// and ranking them by the bpb the law predicts for the bytes each one sees in the budget.
+#include "exp/plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/common.h"
+#include "data/dataset.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "train/schedule.h"
+#include "train/train_step.h"
+
+namespace fs = std::filesystem;
+
+namespace clm {
+
+double ScalingLaw::predict(double matrix_params, double train_bytes) const {
+  return E + A * std::pow(std::max(matrix_params, 1.0) / 1e6, -alpha) +
+         B * std::pow(std::max(train_bytes, 1.0) / 1e6, -beta);
+}
+
+nlohmann::json ScalingLaw::to_json() const {
+  return {{"formula", "bpb = E + A*(N/1e6)^-alpha + B*(D/1e6)^-beta; N matrix params, D training bytes"},
+          {"E", E}, {"A", A}, {"alpha", alpha}, {"B", B}, {"beta", beta}, {"points", points},
+          {"rms", rms}, {"loo_rel_error", loo_rel_error}, {"source", source}};
+}
+
+namespace {
+
+bool is_finished_run(const fs::path& dir) {
+  return fs::exists(dir / "summary.json") && fs::exists(dir / "config.json");
+}
+
+void collect_runs(const fs::path& p, std::vector<fs::path>& out, int depth) {
+  if (is_finished_run(p)) {
+    out.push_back(p);
+    return;
+  }
+  if (depth > 4 || !fs::is_directory(p)) return;
+  std::vector<fs::path> kids;
+  for (const auto& e : fs::directory_iterator(p))
+    if (e.is_directory()) kids.push_back(e.path());
+  std::sort(kids.begin(), kids.end());
+  for (const auto& k : kids) collect_runs(k, out, depth + 1);
+}
+
+// For fixed exponents the law is linear in (E, A, B): least squares with every coefficient >= 0,
+// solved exactly by trying each subset of free coefficients (at most 8) and keeping the best one
+// whose solution is non-negative. Returns the sum of squared residuals.
+double fit_linear(const std::vector<LawPoint>& pts, double alpha, double beta, double coef[3]) {
+  const size_t n = pts.size();
+  std::vector<std::array<double, 3>> x(n);
+  for (size_t i = 0; i < n; ++i)
+    x[i] = {1.0, std::pow(pts[i].matrix_params / 1e6, -alpha), std::pow(pts[i].train_bytes / 1e6, -beta)};
+  double best = INFINITY;
+  for (int mask = 1; mask < 8; ++mask) {
+    int idx[3], k = 0;
+    for (int j = 0; j < 3; ++j)
+      if (mask & (1 << j)) idx[k++] = j;
+    // Normal equations on the chosen columns, by Gaussian elimination with partial pivoting.
+    double M[3][4] = {};
+    for (size_t i = 0; i < n; ++i)
+      for (int a = 0; a < k; ++a) {
+        for (int b = 0; b < k; ++b) M[a][b] += x[i][size_t(idx[a])] * x[i][size_t(idx[b])];
+        M[a][3] += x[i][size_t(idx[a])] * pts[i].bpb;
+      }
+    bool ok = true;
+    for (int c = 0; c < k && ok; ++c) {
+      int piv = c;
+      for (int r = c + 1; r < k; ++r)
+        if (std::fabs(M[r][c]) > std::fabs(M[piv][c])) piv = r;
+      if (std::fabs(M[piv][c]) < 1e-300) {
+        ok = false;
+        break;
+      }
+      for (int j = 0; j < 4; ++j) std::swap(M[c][j], M[piv][j]);
+      for (int r = 0; r < k; ++r) {
+        if (r == c) continue;
+        const double f = M[r][c] / M[c][c];
+        for (int j = c; j < 4; ++j) M[r][j] -= f * M[c][j];
+      }
+    }
+    if (!ok) continue;
+    double c3[3] = {0, 0, 0};
+    for (int a = 0; a < k; ++a) {
+      c3[idx[a]] = M[a][3] / M[a][a];
+      if (!(c3[idx[a]] >= 0)) ok = false;
+    }
+    if (!ok) continue;
+    double sse = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double r = pts[i].bpb - (c3[0] + c3[1] * x[i][1] + c3[2] * x[i][2]);
+      sse += r * r;
+    }
+    if (sse < best) {
+      best = sse;
+      std::copy(c3, c3 + 3, coef);
+    }
+  }
+  return best;
+}
+
+ScalingLaw fit_grid(const std::vector<LawPoint>& pts) {
+  ScalingLaw law;
+  double best = INFINITY;
+  // Exponents 0.05 .. 1.5 in steps of 0.025: the published fits of such laws lie well inside.
+  for (int ia = 2; ia <= 60; ++ia)
+    for (int ib = 2; ib <= 60; ++ib) {
+      const double a = 0.025 * ia, b = 0.025 * ib;
+      double c[3] = {0, 0, 0};
+      const double sse = fit_linear(pts, a, b, c);
+      if (sse < best) {
+        best = sse;
+        law.E = c[0], law.A = c[1], law.B = c[2], law.alpha = a, law.beta = b;
+      }
+    }
+  law.points = int(pts.size());
+  law.rms = std::sqrt(best / double(pts.size()));
+  return law;
+}
+
+// The inputs (vocabulary, bytes per token) that the candidates are planned for.
+struct PlanData {
+  int vocab = 8192;
+  double bytes_per_token = 4.3;
+};
+
+PlanData plan_data(const std::string& dir) {
+  PlanData d;
+  if (dir.empty()) return d;
+  const DatasetInfo info = read_dataset_info(dir);
+  d.vocab = int(info.vocab_size);
+  const nlohmann::json& tr = info.manifest.at("splits").at("train");
+  const double bytes = tr.value("bytes", 0.0), tokens = tr.value("tokens", 0.0);
+  if (!(bytes > 0 && tokens > 0)) fail("plan: {} records no training bytes and tokens in manifest.json", dir);
+  d.bytes_per_token = bytes / tokens;
+  return d;
+}
+
+// One optimizer step of `c` timed on the device: one micro-batch's forward and backward and one
+// optimizer update, after a warm-up step that builds every primitive; the step is the micro-batch
+// time times the micro-batches per step plus the update. Best of `reps`.
+double time_step_tokens_per_second(const RunConfig& c, Backend& be, int reps) {
+  const int B = c.train.micro_batch, T = c.model.seq_len;
+  GPT model(c.model, B, T, be);
+  model.init_weights(c.train.seed);
+  Optimizer opt(model.params(), c.optim);
+  opt.warmup();
+  const int64_t N = int64_t(B) * T;
+  std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
+  Rng rng(42);
+  for (int64_t i = 0; i < N; ++i) {
+    in[size_t(i)] = int32_t(rng.next() % uint64_t(c.model.vocab_size));
+    tg[size_t(i)] = int32_t(rng.next() % uint64_t(c.model.vocab_size));
+  }
+  const ScheduleValues sched{1.0f, 1.0f, c.optim.matrix.momentum};
+  StepOptions so;
+  so.phase_times = true;
+  const double accum = double(c.train.batch_tokens) / double(N);
+  double best = INFINITY;
+  for (int s = 0; s <= reps; ++s) {
+    const StepResult r = train_step(model, &opt, in.data(), tg.data(), 1, B, T, sched, so);
+    if (s == 0) continue;
+    best = std::min(best, accum * (r.forward_seconds + r.backward_seconds) + r.optimizer_seconds);
+  }
+  return double(c.train.batch_tokens) / best;
+}
+
+}  // namespace
+
+std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths) {
+  std::vector<fs::path> dirs;
+  for (const std::string& p : paths) {
+    if (!fs::exists(p)) fail("plan: no such run folder: {}", p);
+    collect_runs(p, dirs, 0);
+  }
+  std::vector<LawPoint> out;
+  for (const fs::path& d : dirs) {
+    nlohmann::json s, cj;
+    try {
+      s = nlohmann::json::parse(read_file((d / "summary.json").string()));
+      cj = nlohmann::json::parse(read_file((d / "config.json").string()));
+    } catch (const nlohmann::json::exception& e) {
+      fail("plan: {} has an unreadable summary.json or config.json ({})", d.string(), e.what());
+    }
+    const RunConfig rc = run_config_from_json(cj);
+    LawPoint p;
+    p.run = d.string();
+    p.matrix_params = double(count_params(rc.model).matrix);
+    const double bpt = s.contains("val") ? s["val"].value("bytes_per_token", 0.0) : 0.0;
+    p.train_bytes = s.value("tokens", 0.0) * bpt;
+    p.bpb = s.value("val_bpb", 0.0);
+    if (p.matrix_params > 0 && p.train_bytes > 0 && p.bpb > 0) out.push_back(p);
+  }
+  return out;
+}
+
+ScalingLaw fit_scaling_law(const std::vector<LawPoint>& points) {
+  auto distinct = [&](auto key) {
+    std::vector<double> v;
+    for (const LawPoint& p : points) v.push_back(key(p));
+    std::sort(v.begin(), v.end());
+    return std::unique(v.begin(), v.end()) - v.begin();
+  };
+  if (points.size() < 4 || distinct([](const LawPoint& p) { return p.matrix_params; }) < 2 ||
+      distinct([](const LawPoint& p) { return p.train_bytes; }) < 2)
+    fail("plan: fitting the scaling law needs at least 4 finished runs with at least 2 model sizes and 2 "
+         "amounts of training data; got {} run(s)",
+         points.size());
+  ScalingLaw law = fit_grid(points);
+  double rel = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    std::vector<LawPoint> rest(points);
+    rest.erase(rest.begin() + std::ptrdiff_t(i));
+    const ScalingLaw l = fit_grid(rest);
+    rel += std::fabs(l.predict(points[i].matrix_params, points[i].train_bytes) - points[i].bpb) / points[i].bpb;
+  }
+  law.loo_rel_error = rel / double(points.size());
+  law.source = fmt::format("fitted to {} runs", points.size());
+  return law;
+}
+
+ScalingLaw default_scaling_law() {
+  ScalingLaw law;
+  // Fitted by `clocklm plan --runs runs/recipe --fit-only` to the recipe screen's d4-family runs
+  // on a 2-core x86 CPU (bench/results/recipe.md lists them and the command).
+  law.E = 0.0, law.A = 0.0, law.alpha = 0.3, law.B = 0.0, law.beta = 0.3;
+  law.points = 0;
+  law.source = "default";
+  return law;
+}
+
+nlohmann::json PlanResult::to_json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PlanCandidate& c : ranked)
+    rows.push_back({{"config", c.cfg.name},
+                    {"n_layer", c.cfg.model.n_layer},
+                    {"d_model", c.cfg.model.d_model},
+                    {"seq_len", c.cfg.model.seq_len},
+                    {"batch_tokens", c.cfg.train.batch_tokens},
+                    {"matrix_params", c.matrix_params},
+                    {"params", double(count_params(c.cfg.model).total())},
+                    {"tokens_per_second", c.tokens_per_second},
+                    {"measured", c.measured},
+                    {"tokens", c.tokens},
+                    {"bytes", c.bytes},
+                    {"predicted_bpb", c.predicted_bpb},
+                    {"memory_bytes", c.memory_bytes},
+                    {"fits", c.fits}});
+  return {{"budget_seconds", budget_seconds}, {"device", device},    {"vocab_size", vocab_size},
+          {"bytes_per_token", bytes_per_token}, {"law", law.to_json()}, {"plan_seconds", plan_seconds},
+          {"candidates", rows}};
+}
+
+PlanResult make_plan(const PlanOptions& o) {
+  const double t0 = now_seconds();
+  if (!(o.budget_seconds > 0)) fail("plan: the budget must be positive");
+  if (o.min_depth < 4 || o.max_depth > 20 || o.max_depth < o.min_depth)
+    fail("plan: depths {}..{} are not a range within the d<N> family (d4..d20)", o.min_depth, o.max_depth);
+  if (o.measure_top < 1) fail("plan: at least one candidate must be timed (--measure 1 or more)");
+  PlanResult res;
+  res.budget_seconds = o.budget_seconds;
+  res.law = o.runs.empty() ? default_scaling_law() : fit_scaling_law(law_points_from_runs(o.runs));
+  if (res.law.points == 0) fail("plan: no scaling law is available; fit one with --runs DIR");
+  const PlanData data = plan_data(o.data_dir);
+  res.vocab_size = data.vocab;
+  res.bytes_per_token = data.bytes_per_token;
+  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
+  std::shared_ptr<Backend> be = make_backend(o.device);
+  res.device = be->description();
+
+  std::vector<PlanCandidate> cands;
+  for (int d = o.min_depth; d <= o.max_depth; ++d) {
+    PlanCandidate c;
+    c.cfg = load_config(fmt::format("d{}", d), o.sets);
+    c.cfg.model.vocab_size = data.vocab;
+    c.cfg.train.budget_seconds = o.budget_seconds;
+    validate(c.cfg);
+    const int B = c.cfg.train.micro_batch, T = c.cfg.model.seq_len;
+    c.matrix_params = double(count_params(c.cfg.model).matrix);
+    c.flops_per_token = flops_per_token(c.cfg.model, T);
+    const size_t extra = c.cfg.train.batch_tokens > int64_t(B) * T ? 12 : 8;
+    c.memory_bytes = double(GPT::memory_need(c.cfg.model, B, T, *be)) +
+                     double(count_params(c.cfg.model).total()) * double(extra);
+    c.fits = c.memory_bytes <= double(be->memory_capacity());
+    cands.push_back(c);
+  }
+  auto predict = [&](PlanCandidate& c) {
+    c.tokens = c.tokens_per_second * o.budget_seconds;
+    c.bytes = c.tokens * data.bytes_per_token;
+    c.predicted_bpb = res.law.predict(c.matrix_params, c.bytes);
+  };
+  auto timed = [&](PlanCandidate& c) {
+    if (o.progress)
+      std::fprintf(stderr, "plan: timing %s (%d x %d) on %s\n", c.cfg.name.c_str(), c.cfg.model.n_layer,
+                   c.cfg.model.d_model, be->name().c_str());
+    c.tokens_per_second = time_step_tokens_per_second(c.cfg, *be, 2);
+    c.measured = true;
+    predict(c);
+  };
+  // One candidate near the middle is timed; the others' tokens/s are first scaled from it by their
+  // FLOPs per token (the same fraction of the device's rate), the best few by that estimate are
+  // then timed themselves, and the ranking uses the measured numbers wherever there are some.
+  std::vector<size_t> fitting;
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i].fits) fitting.push_back(i);
+  if (fitting.empty()) fail("plan: no candidate d{}..d{} fits the device's memory", o.min_depth, o.max_depth);
+  PlanCandidate& ref = cands[fitting[fitting.size() / 2]];
+  timed(ref);
+  for (PlanCandidate& c : cands)
+    if (!c.measured) {
+      c.tokens_per_second = ref.tokens_per_second * ref.flops_per_token / c.flops_per_token;
+      predict(c);
+    }
+  auto better = [](const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.predicted_bpb < b.predicted_bpb;
+  };
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return better(cands[a], cands[b]); });
+  int n_timed = 1;
+  for (size_t i : order) {
+    if (n_timed >= o.measure_top) break;
+    if (!cands[i].fits || cands[i].measured) continue;
+    timed(cands[i]);
+    ++n_timed;
+  }
+  // The chosen row is always a timed one: while the best is an estimate, time it and re-rank.
+  for (;;) {
+    std::stable_sort(cands.begin(), cands.end(), better);
+    if (cands.front().measured || !cands.front().fits) break;
+    timed(cands.front());
+  }
+  res.ranked = std::move(cands);
+  res.plan_seconds = now_seconds() - t0;
+  return res;
+}
+
+std::string format_plan(const PlanResult& r) {
+  std::string s = fmt::format(
+      "plan for a {:.0f} s budget on {} (vocab {}, {:.2f} bytes/token); law: {} (rms {:.4f} bpb, "
+      "leave-one-out error {:.1f}%)\n",
+      r.budget_seconds, r.device, r.vocab_size, r.bytes_per_token, r.law.source, r.law.rms,
+      100 * r.law.loo_rel_error);
+  s += fmt::format("{:>4} {:<8} {:>6} {:>10} {:>10} {:>11} {:>10} {:>8} {:>9}\n", "rank", "config", "seq",
+                   "matrix M", "tok/s", "tokens M", "pred bpb", "mem GiB", "");
+  int k = 0;
+  for (const PlanCandidate& c : r.ranked)
+    s += fmt::format("{:>4} {:<8} {:>6} {:>10.2f} {:>10.0f} {:>11.2f} {:>10.4f} {:>8.2f} {:>9}\n", ++k, c.cfg.name,
+                     c.cfg.model.seq_len, c.matrix_params / 1e6, c.tokens_per_second, c.tokens / 1e6,
+                     c.predicted_bpb, c.memory_bytes / double(1 << 30),
+                     !c.fits ? "too big" : c.measured ? "timed" : "estimated");
+  return s;
+}
+
+}  // namespace clm

@@ -1,0 +1,162 @@
+// Tests for the planner: the scaling-law fit recovers a known law and refuses too little data,
+// finished runs are read as law points (unfinished ones passed over), and a whole plan on the CPU
+// ranks the candidates, times the winner, and writes a config that trains.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "config/config.h"
+#include "core/common.h"
+#include "exp/plan.h"
+#include "model/config.h"
+#include "test_cli_util.h"
+
+using namespace clm;
+using cli_test::run_clocklm;
+namespace fs = std::filesystem;
+
+namespace {
+
+ScalingLaw known_law() {
+  ScalingLaw l;
+  l.E = 0.7, l.A = 0.6, l.alpha = 0.35, l.B = 3.0, l.beta = 0.3;  // exponents on the fit's grid
+  return l;
+}
+
+std::vector<LawPoint> points_of(const ScalingLaw& l) {
+  std::vector<LawPoint> pts;
+  for (double n : {0.5e6, 1e6, 2e6, 5e6, 12e6})
+    for (double d : {2e6, 8e6, 30e6, 100e6}) pts.push_back({"p", n, d, l.predict(n, d)});
+  return pts;
+}
+
+std::string temp_dir(const char* tag) {
+  const fs::path p = fs::temp_directory_path() / fmt::format("clocklm_plan_{}_{}", tag, getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A finished run folder as the trainer writes it (the keys the law reads).
+void write_run(const fs::path& dir, int depth, double tokens, double bpb, bool finished = true) {
+  fs::create_directories(dir);
+  RunConfig c = load_config(fmt::format("d{}", depth), {"vocab_size=512"});
+  atomic_write((dir / "config.json").string(), to_json(c).dump());
+  if (finished) {
+    nlohmann::json s = {{"val_bpb", bpb}, {"tokens", tokens}, {"val", {{"bytes_per_token", 4.0}}}};
+    atomic_write((dir / "summary.json").string(), s.dump());
+  }
+}
+
+}  // namespace
+
+TEST(ExpPlan, FitRecoversAKnownLaw) {
+  const ScalingLaw truth = known_law();
+  const ScalingLaw f = fit_scaling_law(points_of(truth));
+  EXPECT_NEAR(f.alpha, truth.alpha, 1e-9);
+  EXPECT_NEAR(f.beta, truth.beta, 1e-9);
+  EXPECT_NEAR(f.E, truth.E, 1e-6);
+  EXPECT_NEAR(f.A, truth.A, 1e-6);
+  EXPECT_NEAR(f.B, truth.B, 1e-6);
+  EXPECT_LT(f.rms, 1e-6);
+  EXPECT_LT(f.loo_rel_error, 1e-6);
+  EXPECT_EQ(f.points, 20);
+  // Predictions between the fitted points.
+  EXPECT_NEAR(f.predict(3e6, 50e6), truth.predict(3e6, 50e6), 1e-6);
+}
+
+TEST(ExpPlan, FitKeepsCoefficientsNonNegativeOnNoisyData) {
+  std::vector<LawPoint> pts = points_of(known_law());
+  for (size_t i = 0; i < pts.size(); ++i) pts[i].bpb += (i % 2 ? 0.01 : -0.01);
+  const ScalingLaw f = fit_scaling_law(pts);
+  EXPECT_GE(f.E, 0);
+  EXPECT_GE(f.A, 0);
+  EXPECT_GE(f.B, 0);
+  EXPECT_NEAR(f.rms, 0.01, 0.005);
+  EXPECT_GT(f.loo_rel_error, 0);
+}
+
+TEST(ExpPlan, FitRefusesTooLittleData) {
+  std::vector<LawPoint> pts = points_of(known_law());
+  EXPECT_THROW(fit_scaling_law({pts.begin(), pts.begin() + 3}), Error);
+  std::vector<LawPoint> one_size;
+  for (const LawPoint& p : pts)
+    if (p.matrix_params == 1e6) one_size.push_back(p);
+  try {
+    fit_scaling_law(one_size);
+    ADD_FAILURE() << "a single model size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 model sizes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExpPlan, RunsAreReadAsLawPoints) {
+  const std::string root = temp_dir("runs");
+  write_run(fs::path(root) / "a", 4, 1e5, 2.5);
+  write_run(fs::path(root) / "sweep" / "b", 5, 2e5, 2.2);
+  write_run(fs::path(root) / "c", 6, 0, 0, false);  // unfinished: no summary.json
+  const std::vector<LawPoint> pts = law_points_from_runs({root});
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[0].matrix_params, double(count_params(load_config("d4", {"vocab_size=512"}).model).matrix));
+  EXPECT_EQ(pts[0].train_bytes, 4e5);
+  EXPECT_EQ(pts[0].bpb, 2.5);
+  EXPECT_EQ(pts[1].train_bytes, 8e5);
+  EXPECT_THROW(law_points_from_runs({root + "/missing"}), Error);
+  fs::remove_all(root);
+}
+
+TEST(ExpPlan, PlanOnTheCpuRanksCandidatesAndWritesATrainableConfig) {
+  // Runs generated from a known law: bigger models and more bytes are both better, so in a budget
+  // the plan trades one against the other.
+  const std::string root = temp_dir("plan");
+  const ScalingLaw truth = known_law();
+  for (int d : {4, 5, 6})
+    for (double tokens : {1e5, 1e6, 1e7}) {
+      const double n = double(count_params(load_config(fmt::format("d{}", d), {"vocab_size=512"}).model).matrix);
+      write_run(fs::path(root) / fmt::format("d{}-{}", d, int64_t(tokens)), d, tokens, truth.predict(n, tokens * 4.0));
+    }
+  PlanOptions o;
+  o.budget_seconds = 60;
+  o.device = "cpu";
+  o.runs = {root};
+  o.sets = {"model.seq_len=64", "train.micro_batch=2", "train.batch_tokens=128"};
+  o.min_depth = 4;
+  o.max_depth = 6;
+  o.measure_top = 1;
+  o.threads = 1;
+  o.progress = false;
+  const PlanResult r = make_plan(o);
+  ASSERT_EQ(r.ranked.size(), 3u);
+  EXPECT_TRUE(r.ranked.front().measured);  // the winner is always timed
+  for (size_t i = 1; i < r.ranked.size(); ++i)
+    EXPECT_LE(r.ranked[i - 1].predicted_bpb, r.ranked[i].predicted_bpb);
+  for (const PlanCandidate& c : r.ranked) {
+    EXPECT_GT(c.tokens_per_second, 0);
+    EXPECT_NEAR(c.tokens, c.tokens_per_second * 60, 1e-6 * c.tokens);
+    EXPECT_EQ(c.cfg.model.seq_len, 64);  // the overrides reach every candidate
+    EXPECT_NEAR(c.predicted_bpb, r.law.predict(c.matrix_params, c.bytes), 1e-12);
+  }
+  EXPECT_NE(format_plan(r).find("timed"), std::string::npos);
+
+  // The command writes the winner's config; it loads and validates as a config file.
+  const std::string out = root + "/best.json";
+  std::string text;
+  ASSERT_EQ(run_clocklm("plan --budget 1m --device cpu --runs " + root +
+                            " --min-depth 4 --max-depth 5 --measure 1 --threads 1 --set model.seq_len=64"
+                            " --set train.micro_batch=2 --set train.batch_tokens=128 --out " + out,
+                        &text),
+            0)
+      << text;
+  EXPECT_NE(text.find("best: d"), std::string::npos) << text;
+  const RunConfig best = load_config(out);
+  EXPECT_EQ(best.model.seq_len, 64);
+  EXPECT_EQ(best.train.budget_seconds, 60);
+  // Bad input: a message naming the problem, nothing written.
+  const std::string none = root + "/none.json";
+  EXPECT_NE(run_clocklm("plan --budget 1m --runs " + root + "/missing --out " + none, &text), 0);
+  EXPECT_NE(text.find("no such run folder"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(none));
+  fs::remove_all(root);
+}
