@@ -15,8 +15,10 @@ namespace clm::cuda {
 
 namespace {
 
-// Fixed number of row chunks for gain gradients (partials per chunk, then summed in chunk order).
-constexpr int64_t kRowChunks = 256;
+// Fixed numbers of row chunks for gain gradients (partials per chunk, then summed in chunk order):
+// enough blocks to fill a GPU, and a split that depends only on the shape, never on the device.
+constexpr int64_t kNormChunks = 512;   // RMSNorm rows (one block of 256 threads per chunk)
+constexpr int64_t kHeadChunks = 1024;  // qk-norm head rows (one block of ~head_dim threads)
 
 // dst[c] += sum over chunks (in chunk order) of part[chunk * C + c].
 __global__ void add_column_partials_k(const float* part, int64_t chunks, int64_t C, float* dst) {
@@ -515,13 +517,13 @@ void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool 
 }
 
 size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C) {
-  return size_t(std::min(rows, kRowChunks)) * size_t(C) * 4;
+  return size_t(std::min(rows, kNormChunks)) * size_t(C) * 4;
 }
 
 void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd, const float* dy,
                  float* dx, float* dg, int64_t rows, int64_t C, void* scratch) {
   if (rows == 0) return;
-  const int64_t chunks = std::min(rows, kRowChunks);
+  const int64_t chunks = std::min(rows, kNormChunks);
   float* part = g && dg ? static_cast<float*>(scratch) : nullptr;
   rmsnorm_bwd_k<<<unsigned(chunks), kThreads, 0, st>>>(x, g, rstd, dy, dx, part, rows, C, chunks);
   if (part) add_column_partials_k<<<grid_for(C), kThreads, 0, st>>>(part, chunks, C, dg);
@@ -546,7 +548,7 @@ void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int H
 
 size_t qkv_heads_bwd_scratch(int B, int T, int H, int Hkv, int hd) {
   const int64_t rq = int64_t(B) * H * T, rk = int64_t(B) * Hkv * T;
-  return size_t(std::min(rq, kRowChunks * 4) + std::min(rk, kRowChunks * 4)) * size_t(hd) * 4;
+  return size_t(std::min(rq, kHeadChunks) + std::min(rk, kHeadChunks)) * size_t(hd) * 4;
 }
 
 void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const float* dv,
@@ -569,7 +571,7 @@ void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const floa
   // Gains: more chunks than the norms (head rows are short), a fixed number for a given shape.
   const int threads = std::min(kThreads, (hd + 31) / 32 * 32);
   const int64_t rq = int64_t(B) * H * T, rk = int64_t(B) * Hkv * T;
-  const int64_t cq = std::min(rq, kRowChunks * 4), ck = std::min(rk, kRowChunks * 4);
+  const int64_t cq = std::min(rq, kHeadChunks), ck = std::min(rk, kHeadChunks);
   float* pq = static_cast<float*>(scratch);
   float* pk = pq + cq * hd;
   qkv_gain_part_k<<<unsigned(cq), threads, 0, st>>>(dq, qraw, q_rstd, rq, T, hd, cos_t, sin_t, cq, pq);
