@@ -12,10 +12,12 @@ void Profiler::clear() {
 }
 
 void ProfScope::begin(const char* name, const char* phase, double flops, double bytes) {
+  if (p->wait) p->wait(p->wait_ctx);
   ev = OpEvent{name, phase, now_seconds(), 0.0, flops, bytes};
 }
 
 void ProfScope::end() {
+  if (p->wait) p->wait(p->wait_ctx);
   ev.end = now_seconds();
   p->events.push_back(ev);
 }

@@ -25,6 +25,11 @@ struct Profiler {
   // [start, end] of each profiled step (optional): lets the analysis compare op time with the
   // measured step time and draws the steps as their own track in trace.json.
   std::vector<std::pair<double, double>> steps;
+  // Set for a device that runs ops asynchronously (a GPU): every scope then waits for the device
+  // at both ends, so each op is charged its device time (profiling slows such a step; off, nothing
+  // changes). Null on the CPU, whose ops are done when they return.
+  void (*wait)(void*) = nullptr;
+  void* wait_ctx = nullptr;
   void clear();                                   // drops events and steps, restarts the origin
   void mark_step(double start, double end) { steps.emplace_back(start, end); }
 };

@@ -821,7 +821,13 @@ double GPT::flops_per_token(int T) const {
 }
 
 const ModelConfig& GPT::config() const { return impl->cfg; }
-void GPT::set_profiler(Profiler* p) { impl->prof = p; }
+void GPT::set_profiler(Profiler* p) {
+  impl->prof = p;
+  if (p && !impl->be->host_visible()) {  // asynchronous device: scopes wait for it (profiler.h)
+    p->wait = [](void* be) { static_cast<Backend*>(be)->synchronize(); };
+    p->wait_ctx = impl->be;
+  }
+}
 void GPT::set_matmul_precision(MatPrec p) {
   impl->prec = p;
   impl->bf16_dirty = true;

@@ -220,6 +220,7 @@ const std::vector<int64_t>& Optimizer::shard_bounds() const { return impl->bound
 void Optimizer::reduce_scatter_grads(int64_t bucket) {
   OptimizerImpl& s = *impl;
   if (!s.sharded) fail("optimizer: reduce_scatter_grads on an unsharded optimizer");
+  s.be->synchronize();  // the gradients are complete before another stream (NCCL's) reads them
   s.comm->reduce_scatter_buckets(s.gbase, s.bounds, bucket);
 }
 
@@ -251,7 +252,13 @@ Optimizer::~Optimizer() = default;
 Optimizer::Optimizer(Optimizer&&) noexcept = default;
 Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
 
-void Optimizer::set_profiler(Profiler* p) { impl->prof = p; }
+void Optimizer::set_profiler(Profiler* p) {
+  impl->prof = p;
+  if (p && !impl->be->host_visible()) {  // asynchronous device: scopes wait for it (profiler.h)
+    p->wait = [](void* be) { static_cast<Backend*>(be)->synchronize(); };
+    p->wait_ctx = impl->be;
+  }
+}
 
 std::string Optimizer::group_of(const std::string& param_name) const {
   for (const OptState& st : impl->states)
@@ -288,8 +295,20 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
       if (st.owned) n += st.n;
     ProfScope ps(s.prof, "optim.grad_norm", "optim", 2.0 * double(n), 4.0 * double(n));
     std::vector<double> part(s.states.size(), 0.0);
+    // All owned parameters in one call: a GPU backend then waits for the device once, not once
+    // per parameter.
+    std::vector<const float*> xs;
+    std::vector<int64_t> ns;
+    std::vector<size_t> at;
     for (size_t i = 0; i < s.states.size(); ++i)
-      if (s.states[i].owned) part[i] = s.be->sum_squares(s.states[i].p->grad, s.states[i].n);
+      if (s.states[i].owned) {
+        xs.push_back(s.states[i].p->grad);
+        ns.push_back(s.states[i].n);
+        at.push_back(i);
+      }
+    std::vector<double> got(xs.size());
+    s.be->sum_squares_many(xs.data(), ns.data(), int(xs.size()), got.data());
+    for (size_t j = 0; j < at.size(); ++j) part[at[j]] = got[j];
     if (s.sharded) s.comm->all_reduce(part.data(), int64_t(part.size()), ReduceOp::Sum);
     for (double v : part) ss += v;
   }
@@ -343,6 +362,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
   }
   if (s.sharded) {
     ProfScope ps(s.prof, "optim.all_gather", "optim", 0.0, 4.0 * double(s.bounds.back()));
+    s.be->synchronize();  // the updates are done before another stream (NCCL's) reads them
     s.comm->all_gather_buckets(s.pbase, s.bounds, s.bucket);
   }
   return norm;

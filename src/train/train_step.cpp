@@ -73,6 +73,9 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
                                        v[1] > 1 ? fmt::format(" (and {} other ranks)", int(v[1]) - 1) : ""));
     }
     loss_sum = v[0];
+    // A GPU transport runs on its own stream: the gradients must be complete before it reads them.
+    // (A no-op on the CPU; one wait per step on a GPU, only with several ranks.)
+    be.synchronize();
     // ZeRO-1: each rank needs the sum of its own share only (the optimizer gathers the updated
     // parameters); otherwise every rank gets the whole sum.
     if (opt && opt->sharded()) opt->reduce_scatter_grads(o.bucket_floats);

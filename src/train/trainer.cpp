@@ -237,7 +237,8 @@ TrainResult train(const TrainOptions& o) {
   const int64_t accum = tc.batch_tokens / rank_tokens;  // micro-batches per rank per step
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
-  const double peak_flops = cached_peak_flops(threads);
+  // MFU against the CPU roofline only makes sense for the CPU backend; other devices report none.
+  const double peak_flops = device->host_visible() ? cached_peak_flops(threads) : 0.0;
 
   BudgetClock clock;
   clock.budget = tc.budget_seconds;
