@@ -19,6 +19,7 @@
 
 #include "test_num_util.h"
 #include "backend/backend.h"
+#include "backend/cuda/device.h"
 #include "core/common.h"
 
 using namespace clm;
@@ -189,6 +190,22 @@ std::string backend_test_name(const testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOps, testing::ValuesIn(available_backends()),
                          backend_test_name);
+
+// Every usable GPU is among the backends above; where there is none, this says why the ops ran on
+// the CPU alone.
+TEST(BackendOpsDevices, CudaBackendsAreTestedWhenPresent) {
+  const std::vector<std::string> all = available_backends();
+  const auto gpus = std::count_if(all.begin(), all.end(),
+                                  [](const std::string& n) { return n.starts_with("cuda:"); });
+  if (gpus == 0)
+    GTEST_SKIP() << "no CUDA backend tested: "
+                 << (cuda_compiled() ? (cuda_devices().empty() ? cuda_unavailable_reason()
+                                                               : "no device of compute capability 8.0+")
+                                     : cuda_unavailable_reason());
+  for (const CudaDeviceInfo& d : cuda_devices())
+    if (d.cc_major >= kCudaMinMajor)
+      EXPECT_NE(std::find(all.begin(), all.end(), "cuda:" + std::to_string(d.index)), all.end());
+}
 
 // =================================================================================================
 // Memory
