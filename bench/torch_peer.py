@@ -7,6 +7,7 @@
 # usage: /usr/bin/python3 bench/torch_peer.py --config byte-11m [--set key=value ...]
 #            [--precision fp32|bf16] [--optimizer config|muon|adamw] [--batch 16] [--seq 256]
 #            [--steps 5] [--warmup 2] [--threads N] [--ns-precision auto|bf16|fp32] [--clocklm build/clocklm]
+#            [--device cpu|cuda]
 # --config takes a preset name (resolved by `clocklm model --config NAME --json`), a resolved config
 # JSON file (RUN/config.json, or the saved output of `clocklm model --json`), or "none" (the
 # ModelConfig defaults). Architecture flags (--n-layer, --d-model, ...) override any of them.
@@ -333,7 +334,9 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="key=value passed to `clocklm model`")
     ap.add_argument("--clocklm", default=os.path.join(ROOT, "build", "clocklm"))
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                    help="bf16 = torch.autocast('cpu', dtype=torch.bfloat16)")
+                    help="bf16 = torch.autocast(device, dtype=torch.bfloat16)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the model and tokens on the GPU, each step timed to its completion")
     ap.add_argument("--optimizer", choices=["config", "muon", "adamw"], default="config",
                     help="matrix group: muon (Muon + AdamW rest), adamw (all AdamW), config (as the config says)")
     ap.add_argument("--ns-precision", choices=["auto", "bf16", "fp32"], default="auto",
@@ -359,30 +362,36 @@ def main():
     bf16 = args.precision == "bf16"
     ns_bf16 = bf16 if args.ns_precision == "auto" else args.ns_precision == "bf16"
 
-    model = GPT(m, args.seq)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("torch_peer: --device cuda but torch.cuda.is_available() is False")
+    dev = torch.device(args.device)
+    model = GPT(m, args.seq).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     opts = make_optimizers(model, optim, ns_bf16)
     params = list(model.parameters())
     B, T, V = args.batch, args.seq, m["vocab_size"]
     gen = torch.Generator().manual_seed(42)
-    idx = torch.randint(0, V, (B, T), generator=gen)
-    tgt = torch.randint(0, V, (B, T), generator=gen)
+    idx = torch.randint(0, V, (B, T), generator=gen).to(dev)
+    tgt = torch.randint(0, V, (B, T), generator=gen).to(dev)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     log(f"{name}: {n_params:,} params, batch {B}x{T}, {args.precision}, matrix={optim['matrix']['kind']}, "
         f"threads {threads}, torch {torch.__version__}, attention "
         f"{'sdpa' if model.has_sdpa else 'masked softmax'}")
 
     losses, times = [], []
     for s in range(args.warmup + args.steps):
+        sync()
         t0 = time.perf_counter()
         for p in params:
             p.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=bf16):
             loss = model(idx, tgt)
         loss.backward()
         if optim["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(params, optim["grad_clip"])
         for o in opts:
             o.step()
+        sync()
         t1 = time.perf_counter()
         losses.append(loss.item())
         if s >= args.warmup:
@@ -391,7 +400,7 @@ def main():
 
     step = sum(times) / len(times)
     print(json.dumps({
-        "peer": "pytorch", "torch": torch.__version__, "precision": args.precision,
+        "peer": "pytorch", "torch": torch.__version__, "precision": args.precision, "device": args.device,
         "optimizer": optim["matrix"]["kind"], "config": name, "batch": B, "seq": T,
         "params": n_params, "step_seconds": step, "tokens_per_second": B * T / step,
         "best_step_seconds": min(times), "threads": threads, "steps": args.steps,

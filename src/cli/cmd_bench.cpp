@@ -1,6 +1,7 @@
 // `clocklm bench train`: times full training steps of a config on synthetic tokens (no data needed)
 // and reports tokens/s, model FLOP/s and the fraction of this machine's measured bf16 matmul
 // ceiling. Per-phase times (forward, backward, optimizer) show where a step goes.
+// `clocklm bench gemm`: one matmul shape alone (a device's matmul peak).
 // `clocklm bench attention`: times the causal attention kernel alone (forward, backward) at a given
 // shape and reports GFLOP/s, for work on that kernel.
 #include <algorithm>
@@ -35,25 +36,41 @@ struct BenchArgs {
   bool json = false, fp32 = false, profile = false, no_optim = false;
 };
 
-// GFLOP/s of a large square gemm in one precision on a backend: best of `reps` after a warm-up.
-double measure_ceiling(Backend& be, MatPrec prec, int64_t n = 2048, int reps = 5) {
-  const size_t in_bytes = size_t(n) * n * dtype_size(matmul_dtype(prec));
-  DeviceBuffer a(be, in_bytes), b(be, in_bytes), c(be, size_t(n) * n * 4);
-  std::vector<float> host(size_t(n) * n);
+struct GemmTime {
+  double best = 0, mean = 0;  // seconds per gemm
+};
+
+// C[M,N] = A[M,K] B[N,K]^T (the linear layer's layout) in one precision on a backend, on random
+// inputs: best and mean of `reps` timed runs after a warm-up.
+GemmTime time_gemm(Backend& be, MatPrec prec, int64_t M, int64_t N, int64_t K, int reps) {
+  const DType t = matmul_dtype(prec);
+  DeviceBuffer a(be, size_t(M) * K * dtype_size(t)), b(be, size_t(N) * K * dtype_size(t));
+  DeviceBuffer c(be, size_t(M) * N * 4), f(be, size_t(std::max(M, N)) * K * 4);
+  std::vector<float> host(size_t(std::max(M, N)) * K);
   Rng rng(7);
   for (float& v : host) v = rng.normal();
-  be.to_device(c.as<float>(), host.data(), host.size() * 4);
-  be.convert(c.as<float>(), a.as<void>(), n * n, matmul_dtype(prec));
-  be.convert(c.as<float>(), b.as<void>(), n * n, matmul_dtype(prec));
+  be.to_device(f.as<float>(), host.data(), host.size() * 4);
+  be.convert(f.as<float>(), a.as<void>(), M * K, t);
+  be.convert(f.as<float>(), b.as<void>(), N * K, t);
+  be.prepare_gemm(prec, false, true, M, N, K);
   auto timer = be.timer();
-  be.gemm(prec, false, true, n, n, n, a.as<void>(), b.as<void>(), c.as<float>(), false);  // warm-up
-  double best = 1e30;
+  be.gemm(prec, false, true, M, N, K, a.as<void>(), b.as<void>(), c.as<float>(), false);  // warm-up
+  GemmTime g{1e30, 0};
   for (int r = 0; r < reps; ++r) {
     timer->start();
-    be.gemm(prec, false, true, n, n, n, a.as<void>(), b.as<void>(), c.as<float>(), false);
-    best = std::min(best, timer->stop());
+    be.gemm(prec, false, true, M, N, K, a.as<void>(), b.as<void>(), c.as<float>(), false);
+    const double dt = timer->stop();
+    g.best = std::min(g.best, dt);
+    g.mean += dt / reps;
   }
-  return 2.0 * double(n) * n * n / best / 1e9;
+  return g;
+}
+
+// GFLOP/s of a large square gemm in one precision on a backend: best of `reps` after a warm-up.
+// A GPU needs a larger matrix than a CPU to reach its peak.
+double measure_ceiling(Backend& be, MatPrec prec, int reps = 5) {
+  const int64_t n = be.host_visible() ? 2048 : 8192;
+  return 2.0 * double(n) * n * n / time_gemm(be, prec, n, n, n, reps).best / 1e9;
 }
 
 void run_bench_train(const BenchArgs& a) {
@@ -173,6 +190,35 @@ void run_bench_train(const BenchArgs& a) {
               best_step * 1e3, t_fwd / a.steps * 1e3, t_bwd / a.steps * 1e3, t_opt / a.steps * 1e3);
   std::printf("  tokens/s %.0f   model GFLOP/s %.1f   ceiling %.0f GFLOP/s   fraction %.1f%%\n", tps,
               mflops / 1e9, ceiling, 100.0 * mflops / (ceiling * 1e9));
+}
+
+struct GemmArgs {
+  std::string device = "auto", precision = "bf16";
+  int64_t m = 4096, n = 4096, k = 4096;
+  int reps = 10, threads = 0;
+  bool json = false;
+};
+
+// One gemm shape alone: the matmul peak of a device in a precision (fp32 accumulation).
+void run_bench_gemm(const GemmArgs& a) {
+  if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.reps <= 0) fail("bench gemm: m, n, k and reps must be positive");
+  int threads = a.threads > 0 ? a.threads : default_threads();
+  omp_set_num_threads(threads);
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  const MatPrec prec = resolve_precision(a.precision, *be);
+  const GemmTime g = time_gemm(*be, prec, a.m, a.n, a.k, a.reps);
+  const double flops = 2.0 * double(a.m) * double(a.n) * double(a.k);
+  if (a.json) {
+    nlohmann::json j = {{"bench", "gemm"}, {"device", be->description()}, {"precision", prec_name(prec)},
+                        {"m", a.m}, {"n", a.n}, {"k", a.k}, {"reps", a.reps}, {"ms_best", g.best * 1e3},
+                        {"ms_mean", g.mean * 1e3}, {"gflops", flops / g.best / 1e9},
+                        {"gflops_mean", flops / g.mean / 1e9}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench gemm  %lldx%lldx%lld  %s  device=%s  best %.3f ms  mean %.3f ms  %.1f GFLOP/s\n",
+              (long long)a.m, (long long)a.n, (long long)a.k, prec_name(prec), be->name().c_str(), g.best * 1e3,
+              g.mean * 1e3, flops / g.best / 1e9);
 }
 
 struct AttnArgs {
@@ -300,13 +346,25 @@ void register_bench_commands(CLI::App& app) {
   tr->add_option("--warmup", args->warmup, "untimed steps first")->capture_default_str();
   tr->add_option("--threads", args->threads, "worker threads (0 = default)");
   tr->add_option("--ceiling", args->ceiling,
-                 "matmul ceiling in GFLOP/s (0 = measure 2048^3 bf16 and fp32 gemms now, take the faster)");
+                 "matmul ceiling in GFLOP/s (0 = measure square bf16 and fp32 gemms now, 2048^3 on the CPU and "
+                 "8192^3 on a GPU, and take the faster)");
   tr->add_flag("--no-optim", args->no_optim, "time forward+backward only");
   tr->add_flag("--fp32", args->fp32, "same as --set model.matmul_precision=fp32");
   tr->add_option("--device", args->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
   tr->add_flag("--json", args->json, "print one JSON object");
   tr->callback([args] { run_bench_train(*args); });
+  auto ga = std::make_shared<GemmArgs>();
+  auto* gm = bench->add_subcommand("gemm", "time one matmul shape C[m,n] = A[m,k] B[n,k]^T (the device's peak)");
+  gm->add_option("--m", ga->m, "rows of C")->capture_default_str();
+  gm->add_option("--n", ga->n, "columns of C")->capture_default_str();
+  gm->add_option("--k", ga->k, "inner dimension")->capture_default_str();
+  gm->add_option("--precision", ga->precision, "bf16 | fp32 | auto")->capture_default_str();
+  gm->add_option("--reps", ga->reps, "timed repetitions (best and mean reported)")->capture_default_str();
+  gm->add_option("--threads", ga->threads, "worker threads (0 = default)");
+  gm->add_option("--device", ga->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
+  gm->add_flag("--json", ga->json, "print one JSON object");
+  gm->callback([ga] { run_bench_gemm(*ga); });
   auto aa = std::make_shared<AttnArgs>();
   auto* at = bench->add_subcommand("attention", "time the causal attention kernel (forward and backward)");
   at->add_option("--batch", aa->batch, "rows")->capture_default_str();

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks for one short GPU window (about 15 minutes of device time, this script
+# well under 10): build with CUDA, run the op tests and the CPU-parity tests on the GPU, measure the
+# bf16 (and fp32) cuBLASLt matmul peak at 8192^3, time training steps of baseline-50m and d12 at
+# seq 2048 with tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the PyTorch peer
+# on the same configs when torch with CUDA is installed. Every step is timed and its exit status
+# recorded; a failed step is reported and the script goes on. Everything goes to one results file.
+#
+# usage: bench/gpu_check.sh            (from anywhere; results in $OUT, default ./gpu-results)
+# env:   OUT (results folder), JOBS (build jobs, default nproc), CUDA_ARCH (default: the GPU's own)
+set -u
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$PWD/gpu-results}"
+mkdir -p "$OUT"
+RES="$OUT/gpu_check.txt"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+JOBS="${JOBS:-$(nproc)}"
+BUILD="$ROOT/build-gpu"
+BIN="$BUILD/clocklm"
+export PATH="/usr/local/cuda/bin:$PATH"
+: > "$RES"
+T_START=$(date +%s)
+
+say() { echo "$*" | tee -a "$RES"; }
+# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND under a time limit, output in logs/NAME.log;
+# records the status and duration; never stops the script.
+FAILED=()
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$(date +%s) rc
+  timeout --kill-after=10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" -eq 0 ]; then
+    say "[ok]   $name (${dt}s)"
+  else
+    [ "$rc" -eq 124 ] && say "[FAIL] $name: timed out after ${limit}s" || say "[FAIL] $name: exit $rc (${dt}s)"
+    FAILED+=("$name")
+  fi
+  return "$rc"
+}
+
+say "clocklm GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+if command -v nvidia-smi > /dev/null; then
+  say "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader | head -1)"
+  CAP="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
+else
+  say "GPU: nvidia-smi not found"
+  CAP=""
+fi
+say "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'not found')"
+ARCH="${CUDA_ARCH:-${CAP:-80;90}}"
+
+# ---- (a) build ----------------------------------------------------------------------------------
+# One CPU kernel variant (generic) and the GPU's own architecture keep the build short; the CPU
+# side only serves as the reference here.
+step configure 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLOCKLM_CUDA=ON \
+  "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCLOCKLM_CPU_VARIANTS=generic
+step build 300 cmake --build "$BUILD" -j "$JOBS"
+if [ ! -x "$BIN" ]; then
+  say "no binary: the remaining steps cannot run (see $LOGS/configure.log, $LOGS/build.log)"
+  tail -30 "$LOGS/build.log" >> "$RES" 2>/dev/null
+  exit 1
+fi
+say "device: $("$BIN" info 2>/dev/null | grep -i -m1 cuda || echo '?')"
+
+# ---- (b) tests ------------------------------------------------------------------------------------
+step tests 240 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' --output-on-failure --timeout 200
+grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$LOGS/tests.log" | head -40 >> "$RES"
+
+# ---- (c) matmul peak ----------------------------------------------------------------------------
+PEAK=""
+if step gemm_bf16 60 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision bf16 --reps 20 --json; then
+  PEAK="$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["gflops"])' \
+    "$LOGS/gemm_bf16.log" 2>/dev/null)"
+  say "bf16 cuBLASLt 8192^3: ${PEAK:-?} GFLOP/s"
+fi
+step gemm_fp32 60 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision fp32 --reps 5 --json &&
+  say "fp32 cuBLASLt 8192^3: $(tail -1 "$LOGS/gemm_fp32.log")"
+step attention 60 "$BIN" bench attention --device cuda --batch 8 --heads 12 --seq 2048 --head-dim 64 --json &&
+  say "attention B8 H12 T2048 hd64: $(tail -1 "$LOGS/attention.log")"
+step ns 60 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
+  say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
+
+# ---- (d) training steps -----------------------------------------------------------------------------
+CEIL=()
+[ -n "$PEAK" ] && CEIL=(--ceiling "$PEAK")
+for cfg in baseline-50m d12; do
+  if step "train_$cfg" 150 "$BIN" bench train --device cuda --config "$cfg" --seq 2048 --batch 8 --steps 5 \
+    --warmup 2 "${CEIL[@]}" --json; then
+    python3 - "$LOGS/train_$cfg.log" "$cfg" >> "$RES" 2>&1 << 'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print(f"  {sys.argv[2]}: {j['tokens_per_second']:.0f} tokens/s, step {j['step_seconds']*1e3:.1f} ms "
+      f"(fwd {j['forward_seconds']*1e3:.1f}, bwd {j['backward_seconds']*1e3:.1f}, optim {j['optimizer_seconds']*1e3:.1f}), "
+      f"MFU {100*j['fraction_of_ceiling']:.1f}% of {j['matmul_ceiling_gflops']:.0f} GFLOP/s, "
+      f"matmul {j['matmul_precision']}, loss {j['loss']:.3f}")
+EOF
+  fi
+done
+# Where the time goes, per op, for the smaller config.
+step profile_baseline 120 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch 8 --steps 3 \
+  --warmup 1 "${CEIL[@]}" --profile && { echo "  per-op profile (baseline-50m):" >> "$RES"; head -25 "$LOGS/profile_baseline.log" >> "$RES"; }
+
+# ---- (e) the PyTorch peer ---------------------------------------------------------------------------
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
+  for cfg in baseline-50m d12; do
+    step "torch_$cfg" 150 python3 "$ROOT/bench/torch_peer.py" --device cuda --config "$cfg" --clocklm "$BIN" \
+      --precision bf16 --seq 2048 --batch 8 --steps 5 --warmup 2 --vocab-size 32768 &&
+      say "  torch $cfg: $(tail -1 "$LOGS/torch_$cfg.log")"
+  done
+else
+  say "PyTorch peer: skipped (python3 cannot import torch with CUDA on this machine)"
+fi
+
+say "failed steps: ${FAILED[*]:-none}; total $(( $(date +%s) - T_START ))s; logs in $LOGS"
+[ "${#FAILED[@]}" -eq 0 ]
