@@ -7,7 +7,9 @@
 # recorded; a failed step is reported and the script goes on. Everything goes to one results file.
 #
 # usage: bench/gpu_check.sh            (from anywhere; results in $OUT, default ./gpu-results)
-# env:   OUT (results folder), JOBS (build jobs, default nproc), CUDA_ARCH (default: the GPU's own)
+# env:   OUT (results folder), JOBS (build jobs, default nproc), CUDA_ARCH (default: the GPU's own),
+#        BUDGET (seconds after which no step starts, default 540), BUILD_DIR (default build-gpu),
+#        SKIP_BUILD=1 (use an existing build: for trying the script itself)
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,13 +19,17 @@ RES="$OUT/gpu_check.txt"
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 JOBS="${JOBS:-$(nproc)}"
-BUILD="$ROOT/build-gpu"
+BUILD="${BUILD_DIR:-$ROOT/build-gpu}"
 BIN="$BUILD/clocklm"
 export PATH="/usr/local/cuda/bin:$PATH"
 : > "$RES"
 T_START=$(date +%s)
 
 say() { echo "$*" | tee -a "$RES"; }
+# The whole script stops starting steps once BUDGET seconds (default 540) have passed, and each
+# step's own limit is cut to what is left, so it ends within about BUDGET + 15 s whatever hangs.
+BUDGET="${BUDGET:-540}"
+DEADLINE=$(( T_START + BUDGET ))
 # step NAME LIMIT_SECONDS COMMAND...: runs COMMAND under a time limit, output in logs/NAME.log;
 # records the status and duration; never stops the script.
 FAILED=()
@@ -31,6 +37,13 @@ step() {
   local name="$1" limit="$2"
   shift 2
   local t0=$(date +%s) rc
+  local left=$(( DEADLINE - t0 ))
+  if [ "$left" -lt 15 ]; then
+    say "[SKIP] $name: the ${BUDGET}s budget is spent"
+    FAILED+=("$name")
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit="$left"
   timeout --kill-after=10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
   local dt=$(( $(date +%s) - t0 ))
@@ -38,6 +51,7 @@ step() {
     say "[ok]   $name (${dt}s)"
   else
     [ "$rc" -eq 124 ] && say "[FAIL] $name: timed out after ${limit}s" || say "[FAIL] $name: exit $rc (${dt}s)"
+    tail -3 "$LOGS/$name.log" | sed 's/^/         /' >> "$RES"
     FAILED+=("$name")
   fi
   return "$rc"
@@ -57,39 +71,43 @@ ARCH="${CUDA_ARCH:-${CAP:-80;90}}"
 # ---- (a) build ----------------------------------------------------------------------------------
 # One CPU kernel variant (generic) and the GPU's own architecture keep the build short; the CPU
 # side only serves as the reference here.
-step configure 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLOCKLM_CUDA=ON \
-  "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCLOCKLM_CPU_VARIANTS=generic
-step build 300 cmake --build "$BUILD" -j "$JOBS"
+if [ "${SKIP_BUILD:-0}" = 1 ]; then
+  say "build: skipped (SKIP_BUILD=1), using $BUILD"
+else
+  step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLOCKLM_CUDA=ON \
+    "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCLOCKLM_CPU_VARIANTS=generic
+  step build 240 cmake --build "$BUILD" -j "$JOBS"
+fi
 if [ ! -x "$BIN" ]; then
   say "no binary: the remaining steps cannot run (see $LOGS/configure.log, $LOGS/build.log)"
   tail -30 "$LOGS/build.log" >> "$RES" 2>/dev/null
   exit 1
 fi
-say "device: $("$BIN" info 2>/dev/null | grep -i -m1 cuda || echo '?')"
+say "$("$BIN" info 2>/dev/null | grep -i -m1 'cuda devices' || echo 'cuda devices: ?')"
 
 # ---- (b) tests ------------------------------------------------------------------------------------
-step tests 240 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' --output-on-failure --timeout 200
+step tests 180 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' -j 4 --output-on-failure --timeout 150
 grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$LOGS/tests.log" | head -40 >> "$RES"
 
 # ---- (c) matmul peak ----------------------------------------------------------------------------
 PEAK=""
-if step gemm_bf16 60 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision bf16 --reps 20 --json; then
+if step gemm_bf16 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision bf16 --reps 20 --json; then
   PEAK="$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["gflops"])' \
     "$LOGS/gemm_bf16.log" 2>/dev/null)"
   say "bf16 cuBLASLt 8192^3: ${PEAK:-?} GFLOP/s"
 fi
-step gemm_fp32 60 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision fp32 --reps 5 --json &&
+step gemm_fp32 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision fp32 --reps 5 --json &&
   say "fp32 cuBLASLt 8192^3: $(tail -1 "$LOGS/gemm_fp32.log")"
-step attention 60 "$BIN" bench attention --device cuda --batch 8 --heads 12 --seq 2048 --head-dim 64 --json &&
+step attention 40 "$BIN" bench attention --device cuda --batch 8 --heads 12 --seq 2048 --head-dim 64 --json &&
   say "attention B8 H12 T2048 hd64: $(tail -1 "$LOGS/attention.log")"
-step ns 60 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
+step ns 30 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
   say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
 
 # ---- (d) training steps -----------------------------------------------------------------------------
 CEIL=()
 [ -n "$PEAK" ] && CEIL=(--ceiling "$PEAK")
 for cfg in baseline-50m d12; do
-  if step "train_$cfg" 150 "$BIN" bench train --device cuda --config "$cfg" --seq 2048 --batch 8 --steps 5 \
+  if step "train_$cfg" 90 "$BIN" bench train --device cuda --config "$cfg" --seq 2048 --batch 8 --steps 5 \
     --warmup 2 "${CEIL[@]}" --json; then
     python3 - "$LOGS/train_$cfg.log" "$cfg" >> "$RES" 2>&1 << 'EOF'
 import json, sys
@@ -102,13 +120,13 @@ EOF
   fi
 done
 # Where the time goes, per op, for the smaller config.
-step profile_baseline 120 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch 8 --steps 3 \
+step profile_baseline 60 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch 8 --steps 3 \
   --warmup 1 "${CEIL[@]}" --profile && { echo "  per-op profile (baseline-50m):" >> "$RES"; head -25 "$LOGS/profile_baseline.log" >> "$RES"; }
 
 # ---- (e) the PyTorch peer ---------------------------------------------------------------------------
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
   for cfg in baseline-50m d12; do
-    step "torch_$cfg" 150 python3 "$ROOT/bench/torch_peer.py" --device cuda --config "$cfg" --clocklm "$BIN" \
+    step "torch_$cfg" 90 python3 "$ROOT/bench/torch_peer.py" --device cuda --config "$cfg" --clocklm "$BIN" \
       --precision bf16 --seq 2048 --batch 8 --steps 5 --warmup 2 --vocab-size 32768 &&
       say "  torch $cfg: $(tail -1 "$LOGS/torch_$cfg.log")"
   done
