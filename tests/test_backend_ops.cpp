@@ -202,9 +202,11 @@ TEST(BackendOpsDevices, CudaBackendsAreTestedWhenPresent) {
                  << (cuda_compiled() ? (cuda_devices().empty() ? cuda_unavailable_reason()
                                                                : "no device of compute capability 8.0+")
                                      : cuda_unavailable_reason());
-  for (const CudaDeviceInfo& d : cuda_devices())
-    if (d.cc_major >= kCudaMinMajor)
+  for (const CudaDeviceInfo& d : cuda_devices()) {
+    if (d.cc_major >= kCudaMinMajor) {
       EXPECT_NE(std::find(all.begin(), all.end(), "cuda:" + std::to_string(d.index)), all.end());
+    }
+  }
 }
 
 // =================================================================================================
