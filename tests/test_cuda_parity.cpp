@@ -35,10 +35,10 @@ std::string no_gpu_reason() {
   return "no CUDA device of compute capability 8.0 or newer";
 }
 
-#define REQUIRE_GPU()                                                        \
-  do {                                                                       \
-    const std::string why = no_gpu_reason();                                 \
-    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why;              \
+#define REQUIRE_GPU()                                           \
+  do {                                                          \
+    const std::string why = no_gpu_reason();                    \
+    if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
   } while (0)
 
 // Every feature that has a kernel of its own: GQA, qk-norm with gains, norm gains, softcap, SwiGLU.
@@ -88,10 +88,12 @@ TrainRun train(Backend& be, const std::string& prec, int steps, const std::strin
   GPT model(mc, B, T, be);
   model.init_weights(5);
   Optimizer opt(model.params(), muon(prec));
-  auto in = tokens(size_t(accum) * B * T, mc.vocab_size, 11), tg = tokens(in.size(), mc.vocab_size, 12);
+  auto in = tokens(size_t(accum) * B * T, mc.vocab_size, 11),
+       tg = tokens(in.size(), mc.vocab_size, 12);
   TrainRun r;
   for (int s = 0; s < steps; ++s) {
-    StepResult sr = train_step(model, &opt, in.data(), tg.data(), accum, B, T, ScheduleValues{1.0f, 1.0f, 0.9f});
+    StepResult sr = train_step(model, &opt, in.data(), tg.data(), accum, B, T,
+                               ScheduleValues{1.0f, 1.0f, 0.9f});
     r.loss.push_back(sr.loss);
     r.norm.push_back(sr.grad_norm);
   }
@@ -162,13 +164,13 @@ TEST(CudaParity, BpbOfOneCheckpointMatchesTheCpu) {
   // fp32 matmuls, recorded in the checkpoint's config: both backends then evaluate in fp32 (with
   // `auto` a CPU without native bf16 would take fp32 and the GPU bf16, a different computation).
   const std::string bin = CLOCKLM_BINARY, run = temp_run("cuda_bpb");
-  cli_test::CmdResult t = cli_test::run_cmd(bin + " train" + kTiny + " --device cpu --set max_steps=6" +
-                                            " --set model.matmul_precision=fp32" +
-                                            " --set eval_every_seconds=0 --data " + tiny_dataset() +
-                                            " --budget 1h --out " + run);
+  cli_test::CmdResult t = cli_test::run_cmd(
+      bin + " train" + kTiny + " --device cpu --set max_steps=6" +
+      " --set model.matmul_precision=fp32" + " --set eval_every_seconds=0 --data " +
+      tiny_dataset() + " --budget 1h --out " + run);
   ASSERT_EQ(t.status, 0) << t.out;
-  const std::string eval = bin + " eval bpb --checkpoint " + latest_ckpt(run) + " --data " + tiny_dataset() +
-                           " --val-tokens 4096 --batch 4";
+  const std::string eval = bin + " eval bpb --checkpoint " + latest_ckpt(run) + " --data " +
+                           tiny_dataset() + " --val-tokens 4096 --batch 4";
   cli_test::CmdResult c = cli_test::run_cmd(eval + " --device cpu");
   cli_test::CmdResult g = cli_test::run_cmd(eval + " --device cuda");
   ASSERT_EQ(c.status, 0) << c.out;
@@ -184,19 +186,21 @@ TEST(CudaParity, ResumeIsBitExactOnTheGpu) {
   using namespace run_test;
   const std::string bin = CLOCKLM_BINARY, a = temp_run("cuda_full"), b = temp_run("cuda_split");
   const std::string common = bin + " train" + kTiny + " --device cuda --set max_steps=8" +
-                             " --set eval_every_seconds=0 --data " + tiny_dataset() + " --budget 1h";
+                             " --set eval_every_seconds=0 --data " + tiny_dataset() +
+                             " --budget 1h";
   cli_test::CmdResult ra = cli_test::run_cmd(common + " --out " + a);
   ASSERT_EQ(ra.status, 0) << ra.out;
   cli_test::CmdResult rb1 = cli_test::run_cmd(common + " --out " + b + " --stop-after-steps 4");
   ASSERT_EQ(rb1.status, 0) << rb1.out;
-  cli_test::CmdResult rb2 =
-      cli_test::run_cmd(bin + " train --resume " + b + " --device cuda --data " + tiny_dataset() + " --quiet");
+  cli_test::CmdResult rb2 = cli_test::run_cmd(
+      bin + " train --resume " + b + " --device cuda --data " + tiny_dataset() + " --quiet");
   ASSERT_EQ(rb2.status, 0) << rb2.out;
   auto ma = read_metrics(a), mb = read_metrics(b);
   ASSERT_EQ(ma.size(), mb.size());
   for (size_t i = 0; i < ma.size(); ++i)
     if (ma[i].contains("loss")) {
-      EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << ma[i]["step"];
+      EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>())
+          << "step " << ma[i]["step"];
       EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>());
     }
   EXPECT_TRUE(checkpoint_payload(latest_ckpt(a)) == checkpoint_payload(latest_ckpt(b)))

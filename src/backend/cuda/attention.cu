@@ -23,8 +23,8 @@ namespace clm::cuda {
 
 namespace {
 
-constexpr int TILE = 64;   // query rows and keys per tile
-constexpr int NT = 256;    // threads per block
+constexpr int TILE = 64;       // query rows and keys per tile
+constexpr int NT = 256;        // threads per block
 constexpr int PLD = TILE + 1;  // row stride of the probability tile
 
 // Rows [0, nvalid) of a row-major [.., hd] matrix at g into s[TILE][HD + 1], times mul; zero past
@@ -39,8 +39,8 @@ __device__ __forceinline__ void load_rows(float* s, const float* g, int nvalid, 
 
 // acc[i][j] += sum_d A[4ty+i][d] * B[tx+16j][d] over HD (both tiles [TILE][HD+1]).
 template <int HD>
-__device__ __forceinline__ void tile_abt(float (&acc)[4][4], const float* A, const float* Bt, int ty,
-                                         int tx) {
+__device__ __forceinline__ void tile_abt(float (&acc)[4][4], const float* A, const float* Bt,
+                                         int ty, int tx) {
   constexpr int LD = HD + 1;
 #pragma unroll 4
   for (int d = 0; d < HD; ++d) {
@@ -206,7 +206,8 @@ __global__ void attn_rowdot_k(const float* dout, const float* o, float* D, int64
 }
 
 // Probabilities and dS of one (query tile q0, key tile k0) pair in registers: rows 4ty+i are
-// queries, columns tx+16j keys. s = scale q.k, p = exp(s - lse) where visible, dS = p (dP - D) scale.
+// queries, columns tx+16j keys. s = scale q.k, p = exp(s - lse) where visible, and
+// dS = p (dP - D) scale (the gradient with respect to the unscaled q.k, as on the CPU).
 template <int HD>
 __device__ __forceinline__ void probs_and_ds(float (&p)[4][4], float (&ds)[4][4], const float* sQ,
                                              const float* sdO, const float* sK, const float* sV,
@@ -398,8 +399,10 @@ int attention_max_head_dim() { return 128; }
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
                    float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
   if (int64_t(B) * H * Tq == 0) return;
-  if (hd <= 64) fwd_launch<64>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
-  else fwd_launch<128>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+  if (hd <= 64)
+    fwd_launch<64>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+  else
+    fwd_launch<128>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
 }
 
 size_t attention_bwd_scratch(int B, int H, int T) {
@@ -413,9 +416,11 @@ void attention_bwd(cudaStream_t st, const float* q, const float* k, const float*
   if (rows == 0) return;
   float* D = static_cast<float*>(scratch);
   attn_rowdot_k<<<unsigned((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, st>>>(dout, o, D,
-                                                                                     rows, hd);
-  if (hd <= 64) bwd_launch<64>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
-  else bwd_launch<128>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
+                                                                                      rows, hd);
+  if (hd <= 64)
+    bwd_launch<64>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
+  else
+    bwd_launch<128>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
 }
 
 }  // namespace clm::cuda

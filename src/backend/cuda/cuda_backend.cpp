@@ -1,9 +1,9 @@
 // The CUDA backend: the Backend interface on one GPU. Every op is enqueued on the backend's one
 // stream, so ops run in issue order and nothing waits for the device except what the interface
-// says waits (to_host, synchronize, a timer's stop, softcap_xent's and sum_squares' totals). Kernels
-// live in ops.cu, attention.cu and optim.cu; this file is host code: memory, cuBLASLt matmuls
-// (descriptors and the chosen algorithm cached per shape), Newton-Schulz as a chain of those
-// matmuls, and the scratch buffers the kernels borrow.
+// says waits (to_host, synchronize, a timer's stop, softcap_xent's and sum_squares' totals).
+// Kernels live in ops.cu, attention.cu and optim.cu; this file is host code: memory, cuBLASLt
+// matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz as a chain of
+// those matmuls, and the scratch buffers the kernels borrow.
 //
 // Matmuls: fp32 accumulation always (CUBLAS_COMPUTE_32F); fp32 inputs are multiplied in true fp32
 // (no TF32), as on the CPU, so both backends mean the same thing by "fp32".
@@ -100,9 +100,10 @@ class CudaBackend final : public Backend {
   // ---- identity ----
   std::string name() const override { return fmt::format("cuda:{}", dev_); }
   std::string description() const override {
-    return fmt::format("cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, fp32 attention)",
-                       dev_, info_.name, info_.cc_major, info_.cc_minor, info_.sm_count,
-                       double(info_.total_memory) / double(1ull << 30));
+    return fmt::format(
+        "cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, fp32 attention)", dev_,
+        info_.name, info_.cc_major, info_.cc_minor, info_.sm_count,
+        double(info_.total_memory) / double(1ull << 30));
   }
   bool host_visible() const override { return false; }
   bool native_bf16() const override { return info_.cc_major >= 8; }
@@ -182,7 +183,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- layers ----
-  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C) override {
+  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N,
+                     int64_t C) override {
     use();
     cuda::embedding_fwd(st_, tok, wte, out, N, C);
     launched("embedding_fwd");
@@ -202,7 +204,8 @@ class CudaBackend final : public Backend {
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                    float* dg, int64_t rows, int64_t C) override {
     use();
-    cuda::rmsnorm_bwd(st_, x, g, rstd, dy, dx, dg, rows, C, scratch(cuda::rmsnorm_bwd_scratch(rows, C)));
+    cuda::rmsnorm_bwd(st_, x, g, rstd, dy, dx, dg, rows, C,
+                      scratch(cuda::rmsnorm_bwd_scratch(rows, C)));
     launched("rmsnorm_bwd");
   }
   // The tables are computed on the host exactly as the CPU backend computes them (double angles,
@@ -320,7 +323,8 @@ class CudaBackend final : public Backend {
     launched("sum_squares");
     return fetch_results(1)[0];
   }
-  void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {
+  void sum_squares_many(const float* const* xs, const int64_t* ns, int count,
+                        double* out) override {
     use();
     for (int i0 = 0; i0 < count; i0 += kResults) {
       const int c = std::min(count - i0, kResults);
@@ -356,11 +360,11 @@ class CudaBackend final : public Backend {
     cuda::muon_apply(st_, p, o, n, decay, step);
     launched("muon_apply");
   }
-  // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work on
-  // the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X. bf16 precision rounds the
-  // matmul inputs (X and A) to bf16 and keeps the fp32 state; small matrices (a^2 b <= 128*128*256)
-  // run in fp32 whatever the precision, as on the CPU. Everything stays on the device: the norm
-  // goes from the sum of squares to the scaling kernel without a host round trip.
+  // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work
+  // on the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X. bf16 precision rounds
+  // the matmul inputs (X and A) to bf16 and keeps the fp32 state; small matrices (a^2 b <=
+  // 128*128*256) run in fp32 whatever the precision, as on the CPU. Everything stays on the device:
+  // the norm goes from the sum of squares to the scaling kernel without a host round trip.
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
                      MatPrec prec) override {
     use();
@@ -402,7 +406,7 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLASLt workspace
-  static constexpr int kResults = 4096;                    // doubles fetched per wait
+  static constexpr int kResults = 4096;                   // doubles fetched per wait
 
   static int act_code(Activation a) {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
@@ -426,7 +430,9 @@ class CudaBackend final : public Backend {
   // Temporary device memory for one op at a time (ops run in stream order, so the next op may
   // reuse it). Grows, never shrinks.
   void* scratch(size_t bytes) { return grow(scratch_, scratch_bytes_, bytes); }
-  float* ns_buf(int i, size_t bytes) { return static_cast<float*>(grow(ns_[i], ns_bytes_[i], bytes)); }
+  float* ns_buf(int i, size_t bytes) {
+    return static_cast<float*>(grow(ns_[i], ns_bytes_[i], bytes));
+  }
   void* grow(void*& p, size_t& have, size_t want) {
     want = std::max<size_t>(want, 256);
     if (want <= have) return p;
@@ -443,9 +449,10 @@ class CudaBackend final : public Backend {
   // is stored [M,K] or, trans_a, [K,M] and B [K,N] or, trans_b, [N,K].
   //
   // cuBLAS is column-major, and a row-major [r, c] matrix is the column-major [c, r] matrix (its
-  // transpose) with leading dimension c. So the row-major product D = op(A) op(B) is computed as the
-  // column-major product D^T = op(B)^T op(A)^T, of shape m = N, n = M, k = K:
-  //   first operand  = B's memory: not trans_b: stored [K,N] row-major = column-major [N x K], ld N,
+  // transpose) with leading dimension c. So the row-major product D = op(A) op(B) is computed as
+  // the column-major product D^T = op(B)^T op(A)^T, of shape m = N, n = M, k = K:
+  //   first operand  = B's memory: not trans_b: stored [K,N] row-major = column-major [N x K], ld
+  //   N,
   //                    used as is (N) -> op(B)^T;  trans_b: stored [N,K] = column-major [K x N],
   //                    ld K, transposed (T) -> [N x K] = op(B)^T.
   //   second operand = A's memory: not trans_a: stored [M,K] = column-major [K x M], ld K, as is;
@@ -475,11 +482,11 @@ class CudaBackend final : public Backend {
     // Fallback (shapes cuBLASLt has no algorithm for, e.g. odd leading dimensions in bf16).
     if (beta != 0.0f && C != D) copy(D, C, size_t(M) * N * 4);
     const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    check(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       int(N), int(M), int(K), &alpha, B, in, int(tb ? K : N), A, in,
-                       int(ta ? M : K), &beta, D, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
+    check(
+        cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
+                     int(M), int(K), &alpha, B, in, int(tb ? K : N), A, in, int(ta ? M : K), &beta,
+                     D, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
   }
 
   const GemmPlan& plan(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int al_a,
@@ -491,9 +498,12 @@ class CudaBackend final : public Backend {
     GemmPlan p;
     const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa");
-    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb");
+    const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+          "transa");
+    check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+          "transb");
     // Stored shapes (rows x cols, column-major) of the two operands, as derived above matmul().
     check(tb ? cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(K), uint64_t(N), K)
              : cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(N), uint64_t(K), N),
@@ -506,7 +516,8 @@ class CudaBackend final : public Backend {
     check(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = kWorkspace;
     const uint32_t a_b = uint32_t(al_b), b_a = uint32_t(al_a), c_c = uint32_t(al_c);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
     // The first operand is B's memory, the second A's.
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a_b, 4);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b_a, 4);

@@ -30,7 +30,7 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return unsigned(b);
 }
 
-#define CLM_GRID_STRIDE(i, n)                                                         \
+#define CLM_GRID_STRIDE(i, n)                                                      \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < int64_t(n); \
        i += int64_t(gridDim.x) * blockDim.x)
 

@@ -25,8 +25,8 @@ void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float
 void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
                  int64_t rows, int64_t C, float eps);
 size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C);
-void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd, const float* dy,
-                 float* dx, float* dg, int64_t rows, int64_t C, void* scratch);
+void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd,
+                 const float* dy, float* dx, float* dg, int64_t rows, int64_t C, void* scratch);
 
 // ---- RoPE, heads -------------------------------------------------------------------------------
 void rope_fwd(cudaStream_t st, float* x, int64_t rows, int T, int hd, const float* cos_t,
@@ -39,13 +39,14 @@ size_t qkv_heads_bwd_scratch(int B, int T, int H, int Hkv, int hd);
 void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const float* dv,
                    const float* qraw, const float* kraw, const float* q_rstd, const float* k_rstd,
                    const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
-                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
-                   bool out_bf16, void* scratch);
-void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh, int hd);
+                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t,
+                   void* dqkv, bool out_bf16, void* scratch);
+void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh,
+                 int hd);
 void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
                  int nh, int hd);
 
-// ---- attention (attention.cu) --------------------------------------------------------------------
+// ---- attention (attention.cu) -------------------------------------------------------------------
 int attention_max_head_dim();
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
                    float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
@@ -54,7 +55,7 @@ void attention_bwd(cudaStream_t st, const float* q, const float* k, const float*
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
                    int H, int Hkv, int T, int hd, void* scratch);
 
-// ---- MLP activations (act: 0 relu2, 1 gelu (tanh form), 2 swiglu) --------------------------------
+// ---- MLP activations (act: 0 relu2, 1 gelu (tanh form), 2 swiglu) -------------------------------
 void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
                     int64_t Hd);
 void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, void* dh,
@@ -77,8 +78,8 @@ void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* 
 void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
                   float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
                   float decay);
-void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n, float gscale,
-                   float mu, bool nesterov);
+void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
+                   float gscale, float mu, bool nesterov);
 void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step);
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
 void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);

@@ -1,9 +1,9 @@
-// CUDA kernels of the GPT's element-wise and row-wise layers, forward next to backward, each written
-// against its CPU reference in backend/cpu/ops.cpp (the same formulas in the same association, so
-// the two backends differ only by the rounding of transcendental functions and of reduction
-// order). Reductions whose result must be reproducible (norm gains, embedding rows, the loss) run in
-// a fixed order: per-chunk partials over a split that depends only on the shape, then one ordered
-// pass. No float atomics anywhere.
+// CUDA kernels of the GPT's element-wise and row-wise layers, forward next to backward, each
+// written against its CPU reference in backend/cpu/ops.cpp (the same formulas in the same
+// association, so the two backends differ only by the rounding of transcendental functions and of
+// reduction order). Reductions whose result must be reproducible (norm gains, embedding rows, the
+// loss) run in a fixed order: per-chunk partials over a split that depends only on the shape, then
+// one ordered pass. No float atomics anywhere.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -29,7 +29,7 @@ __global__ void add_column_partials_k(const float* part, int64_t chunks, int64_t
   }
 }
 
-// ---- embedding -----------------------------------------------------------------------------------
+// ---- embedding ----------------------------------------------------------------------------------
 __global__ void embedding_fwd_k(const int32_t* tok, const float* wte, float* out, int64_t N,
                                 int64_t C) {
   CLM_GRID_STRIDE(i, N * C) {
@@ -130,7 +130,7 @@ int64_t sort_size(int64_t N) {
   return p;
 }
 
-// ---- RMSNorm -------------------------------------------------------------------------------------
+// ---- RMSNorm ------------------------------------------------------------------------------------
 // One block per row: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd (* g).
 template <typename OutT>
 __global__ void rmsnorm_fwd_k(const float* x, const float* g, OutT* y, float* rstd, int64_t C,
@@ -149,7 +149,8 @@ __global__ void rmsnorm_fwd_k(const float* x, const float* g, OutT* y, float* rs
 }
 
 // dx += s g dy - x s^3/C sum(dy g x); gain partials per row chunk: part[chunk][c] = sum dy x s.
-// One block per chunk of rows (rows [r0, r1) in order), each thread owning columns c = tid + k*blockDim.
+// One block per chunk of rows (rows [r0, r1) in order); each thread owns the columns c = tid + k
+// blockDim, in the partials too, so no two threads touch one element.
 __global__ void rmsnorm_bwd_k(const float* x, const float* g, const float* rstd, const float* dy,
                               float* dx, float* part, int64_t rows, int64_t C, int64_t chunks) {
   __shared__ float sh[32];
@@ -179,9 +180,9 @@ __global__ void rmsnorm_bwd_k(const float* x, const float* g, const float* rstd,
   }
 }
 
-// ---- RoPE ------------------------------------------------------------------------------------------
-__global__ void rope_k(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
-                       int pos0) {
+// ---- RoPE ---------------------------------------------------------------------------------------
+__global__ void rope_k(float* x, int64_t rows, int T, int hd, const float* cos_t,
+                       const float* sin_t, int pos0) {
   const int h2 = hd / 2;
   CLM_GRID_STRIDE(idx, rows * h2) {
     const int64_t r = idx / h2;
@@ -195,7 +196,7 @@ __global__ void rope_k(float* x, int64_t rows, int T, int hd, const float* cos_t
   }
 }
 
-// ---- fused qkv head stage ------------------------------------------------------------------------
+// ---- fused qkv head stage -----------------------------------------------------------------------
 // One warp per (token row n, head column block j): j < H are q heads, then Hkv k heads, then Hkv v
 // heads (copied). The warp index is the same for all 32 lanes, so whole warps exit together.
 __global__ void qkv_fwd_k(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
@@ -249,8 +250,8 @@ __global__ void qkv_fwd_k(const float* qkv, int B, int T, int H, int Hkv, int hd
 }
 
 // Gradient before RoPE at element d of a head row (the inverse rotation of gsrc).
-__device__ __forceinline__ float unrotate(const float* gsrc, const float* cs, const float* sn, int d,
-                                          int h2) {
+__device__ __forceinline__ float unrotate(const float* gsrc, const float* cs, const float* sn,
+                                          int d, int h2) {
   if (d < h2) return gsrc[d] * cs[d] + gsrc[d + h2] * sn[d];
   const int i = d - h2;
   return -gsrc[i] * sn[i] + gsrc[d] * cs[i];
@@ -302,8 +303,8 @@ __global__ void qkv_bwd_k(const float* dq, const float* dk, const float* dv, con
 
 // Gain-gradient partials of one head kind: rows = B*nh*T head rows in [B, nh, T] order, split in
 // `chunks` fixed chunks; part[chunk][d] = sum over the chunk's rows of gy[d] x[d] s.
-__global__ void qkv_gain_part_k(const float* dgrad, const float* raw, const float* rstd, int64_t rows,
-                                int T, int hd, const float* cos_t, const float* sin_t,
+__global__ void qkv_gain_part_k(const float* dgrad, const float* raw, const float* rstd,
+                                int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
                                 int64_t chunks, float* part) {
   const int64_t ch = blockIdx.x;
   const int64_t r0 = rows * ch / chunks, r1 = rows * (ch + 1) / chunks;
@@ -319,7 +320,7 @@ __global__ void qkv_gain_part_k(const float* dgrad, const float* raw, const floa
   }
 }
 
-// ---- head layouts ----------------------------------------------------------------------------------
+// ---- head layouts -------------------------------------------------------------------------------
 __global__ void split_heads_k(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
   CLM_GRID_STRIDE(i, int64_t(B) * nh * T * hd) {  // i walks y: [B, nh, T, hd]
     const int64_t d = i % hd, r = i / hd;
@@ -337,7 +338,7 @@ __global__ void merge_heads_k(const float* y, OutT* x, int64_t ld, int B, int T,
   }
 }
 
-// ---- MLP activations -------------------------------------------------------------------------------
+// ---- MLP activations ----------------------------------------------------------------------------
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 
 template <typename OutT>
@@ -360,7 +361,8 @@ __global__ void act_fwd_k(int act, const float* h, OutT* y, int64_t N, int64_t H
 }
 
 template <typename OutT>
-__global__ void act_bwd_k(int act, const float* h, const float* dy, OutT* dh, int64_t N, int64_t Hd) {
+__global__ void act_bwd_k(int act, const float* h, const float* dy, OutT* dh, int64_t N,
+                          int64_t Hd) {
   CLM_GRID_STRIDE(i, N * Hd) {
     if (act == 0) {
       put(dh + i, h[i] > 0 ? 2.0f * h[i] * dy[i] : 0.0f);
@@ -380,13 +382,11 @@ __global__ void act_bwd_k(int act, const float* h, const float* dy, OutT* dh, in
   }
 }
 
-// ---- element-wise ----------------------------------------------------------------------------------
+// ---- element-wise -------------------------------------------------------------------------------
 __global__ void residual_k(const float* a, const float* b, float* out, int64_t n) {
   CLM_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
-__global__ void scale_k(float* x, float s, int64_t n) {
-  CLM_GRID_STRIDE(i, n) x[i] *= s;
-}
+__global__ void scale_k(float* x, float s, int64_t n) { CLM_GRID_STRIDE(i, n) x[i] *= s; }
 __global__ void axpy_k(float* y, float a, const float* x, int64_t n) {
   CLM_GRID_STRIDE(i, n) y[i] += a * x[i];
 }
@@ -394,7 +394,7 @@ __global__ void softcap_k(float* z, int64_t n, float cap, float inv) {
   CLM_GRID_STRIDE(i, n) z[i] = cap * tanhf(z[i] * inv);
 }
 
-// ---- softcap + cross-entropy -------------------------------------------------------------------------
+// ---- softcap + cross-entropy --------------------------------------------------------------------
 // Running (max, sum of exp(x - max), first index of the max) of a sequence; merge() is symmetric in
 // its two arguments (bit for bit), so butterfly partners agree.
 struct LseState {
@@ -410,7 +410,8 @@ __device__ __forceinline__ LseState lse_merge(LseState a, LseState b) {
 }
 
 // One block per row: softcap in place (z becomes s, as on the CPU), one pass for the max, the sum
-// of exponentials and the argmax (online), then the loss and, with want_grad, the gradient in place.
+// of exponentials and the argmax (online), then the loss and, with want_grad, the gradient in
+// place.
 constexpr int kXentThreads = 512;
 __global__ void __launch_bounds__(kXentThreads)
     softcap_xent_k(float* logits, const int32_t* targets, int V, int Vp, float cap, float* L,
@@ -482,7 +483,7 @@ __global__ void sum_losses_k(const float* L, const int32_t* targets, int64_t N, 
 
 }  // namespace
 
-// ==== launchers ===================================================================================
+// ==== launchers ==================================================================================
 void embedding_fwd(cudaStream_t st, const int32_t* tok, const float* wte, float* out, int64_t N,
                    int64_t C) {
   if (N * C == 0) return;
@@ -511,7 +512,8 @@ void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool 
                  int64_t rows, int64_t C, float eps) {
   if (rows == 0) return;
   if (y_bf16)
-    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<uint16_t*>(y), rstd, C, eps);
+    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<uint16_t*>(y), rstd, C,
+                                                       eps);
   else
     rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<float*>(y), rstd, C, eps);
 }
@@ -520,8 +522,8 @@ size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C) {
   return size_t(std::min(rows, kNormChunks)) * size_t(C) * 4;
 }
 
-void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd, const float* dy,
-                 float* dx, float* dg, int64_t rows, int64_t C, void* scratch) {
+void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd,
+                 const float* dy, float* dx, float* dg, int64_t rows, int64_t C, void* scratch) {
   if (rows == 0) return;
   const int64_t chunks = std::min(rows, kNormChunks);
   float* part = g && dg ? static_cast<float*>(scratch) : nullptr;
@@ -554,8 +556,8 @@ size_t qkv_heads_bwd_scratch(int B, int T, int H, int Hkv, int hd) {
 void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const float* dv,
                    const float* qraw, const float* kraw, const float* q_rstd, const float* k_rstd,
                    const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
-                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
-                   bool out_bf16, void* scratch) {
+                   int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t,
+                   void* dqkv, bool out_bf16, void* scratch) {
   const int64_t warps = int64_t(B) * T * (H + 2 * Hkv);
   if (warps == 0) return;
   const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
@@ -574,13 +576,16 @@ void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const floa
   const int64_t cq = std::min(rq, kHeadChunks), ck = std::min(rk, kHeadChunks);
   float* pq = static_cast<float*>(scratch);
   float* pk = pq + cq * hd;
-  qkv_gain_part_k<<<unsigned(cq), threads, 0, st>>>(dq, qraw, q_rstd, rq, T, hd, cos_t, sin_t, cq, pq);
-  qkv_gain_part_k<<<unsigned(ck), threads, 0, st>>>(dk, kraw, k_rstd, rk, T, hd, cos_t, sin_t, ck, pk);
+  qkv_gain_part_k<<<unsigned(cq), threads, 0, st>>>(dq, qraw, q_rstd, rq, T, hd, cos_t, sin_t, cq,
+                                                    pq);
+  qkv_gain_part_k<<<unsigned(ck), threads, 0, st>>>(dk, kraw, k_rstd, rk, T, hd, cos_t, sin_t, ck,
+                                                    pk);
   add_column_partials_k<<<grid_for(hd), kThreads, 0, st>>>(pq, cq, hd, dqg);
   add_column_partials_k<<<grid_for(hd), kThreads, 0, st>>>(pk, ck, hd, dkg);
 }
 
-void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
+void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh,
+                 int hd) {
   const int64_t n = int64_t(B) * nh * T * hd;
   if (n == 0) return;
   split_heads_k<<<grid_for(n), kThreads, 0, st>>>(x, ld, y, B, T, nh, hd);

@@ -111,9 +111,10 @@ void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float*
                                               inv_sqrt_bc2, decay);
 }
 
-void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n, float gscale,
-                   float mu, bool nesterov) {
-  if (n > 0) muon_momentum_k<<<grid_for(n), kThreads, 0, st>>>(grad, buf, u, n, gscale, mu, nesterov);
+void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
+                   float gscale, float mu, bool nesterov) {
+  if (n > 0)
+    muon_momentum_k<<<grid_for(n), kThreads, 0, st>>>(grad, buf, u, n, gscale, mu, nesterov);
 }
 
 void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step) {
@@ -130,11 +131,13 @@ void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n) {
 
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
              const double* ss) {
-  if (rows * cols > 0) ns_load_k<<<grid_for(rows * cols), kThreads, 0, st>>>(G, X, rows, cols, tr, ss);
+  if (rows * cols > 0)
+    ns_load_k<<<grid_for(rows * cols), kThreads, 0, st>>>(G, X, rows, cols, tr, ss);
 }
 
 void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr) {
-  if (rows * cols > 0) ns_store_k<<<grid_for(rows * cols), kThreads, 0, st>>>(X, out, rows, cols, tr);
+  if (rows * cols > 0)
+    ns_store_k<<<grid_for(rows * cols), kThreads, 0, st>>>(X, out, rows, cols, tr);
 }
 
 }  // namespace clm::cuda
