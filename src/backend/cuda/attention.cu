@@ -396,6 +396,11 @@ void bwd_launch(cudaStream_t st, const float* q, const float* k, const float* v,
 
 int attention_max_head_dim() { return 128; }
 
+size_t attention_smem_bytes(int hd) {
+  return hd <= 64 ? std::max(fwd_smem<64>(), bwd_smem<64>())
+                  : std::max(fwd_smem<128>(), bwd_smem<128>());
+}
+
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
                    float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
   if (int64_t(B) * H * Tq == 0) return;

@@ -84,6 +84,8 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaDeviceInfo& info) : info_(info), dev_(info.index) {
     check(cudaSetDevice(dev_), "cudaSetDevice");
+    check(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
+          "cudaDeviceGetAttribute");
     check(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cublasLtCreate(&lt_), "cublasLtCreate");
     check(cublasCreate(&blas_), "cublasCreate");
@@ -412,10 +414,15 @@ class CudaBackend final : public Backend {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
   }
   void use() const { check(cudaSetDevice(dev_), "cudaSetDevice"); }
-  static void check_head_dim(int hd) {
+  void check_head_dim(int hd) const {
     if (hd > cuda::attention_max_head_dim())
       fail("the CUDA attention kernels support head_dim up to {}, not {}",
            cuda::attention_max_head_dim(), hd);
+    const size_t need = cuda::attention_smem_bytes(hd);
+    if (need > size_t(smem_optin_))
+      fail("the CUDA attention kernels need {} KiB of shared memory per block at head_dim {}; {} "
+           "offers {} KiB",
+           need >> 10, hd, info_.name, smem_optin_ >> 10);
   }
 
   // Copies `n` doubles of dres_ to the host and waits: the one host synchronisation of the ops
@@ -535,6 +542,7 @@ class CudaBackend final : public Backend {
 
   CudaDeviceInfo info_;
   int dev_;
+  int smem_optin_ = 0;  // shared memory per block a kernel may opt in to
   cudaStream_t st_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;

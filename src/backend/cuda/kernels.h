@@ -48,6 +48,9 @@ void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t 
 
 // ---- attention (attention.cu) -------------------------------------------------------------------
 int attention_max_head_dim();
+// Shared memory per block the attention kernels need at this head_dim (the largest of forward and
+// backward): more than the 48 KiB default, so a device must offer it as opt-in.
+size_t attention_smem_bytes(int hd);
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
                    float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
 size_t attention_bwd_scratch(int B, int H, int T);
