@@ -86,7 +86,8 @@ fi
 say "$("$BIN" info 2>/dev/null | grep -i -m1 'cuda devices' || echo 'cuda devices: ?')"
 
 # ---- (b) tests ------------------------------------------------------------------------------------
-step tests 180 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' -j 4 --output-on-failure --timeout 150
+# CLOCKLM_CUDA_SYNC=1: each op waits for itself, so a kernel fault names the op that caused it.
+step tests 180 env CLOCKLM_CUDA_SYNC=1 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' -j 4 --output-on-failure --timeout 150
 grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$LOGS/tests.log" | head -40 >> "$RES"
 
 # ---- (c) matmul peak ----------------------------------------------------------------------------

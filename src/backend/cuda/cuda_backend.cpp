@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,9 +39,6 @@ void check(cudaError_t e, const char* what) {
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cublas: {}: {}", what, cublasGetStatusString(s));
 }
-// After a kernel launch: a bad configuration shows here; faults inside kernels show at the next
-// synchronisation.
-void launched(const char* op) { check(cudaGetLastError(), op); }
 
 struct CudaTimer : DeviceTimer {
   cudaStream_t st;
@@ -87,6 +85,8 @@ class CudaBackend final : public Backend {
     check(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
           "cudaDeviceGetAttribute");
     check(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking), "cudaStreamCreate");
+    const char* sync = std::getenv("CLOCKLM_CUDA_SYNC");
+    sync_each_op_ = sync && std::string(sync) == "1";
     check(cublasLtCreate(&lt_), "cublasLtCreate");
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, st_), "cublasSetStream");
@@ -166,6 +166,7 @@ class CudaBackend final : public Backend {
             const void* B, float* C, bool accumulate) override {
     use();
     matmul(prec, ta, tb, M, N, K, A, B, C, C, 1.0f, accumulate ? 1.0f : 0.0f);
+    launched("gemm");
   }
   void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
     if (M > 0 && N > 0 && K > 0) {
@@ -414,15 +415,23 @@ class CudaBackend final : public Backend {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
   }
   void use() const { check(cudaSetDevice(dev_), "cudaSetDevice"); }
+  // After an op's launches: a bad launch configuration shows here; a fault inside a kernel shows at
+  // the next synchronisation, named after whatever op waits. With CLOCKLM_CUDA_SYNC=1 every op
+  // waits for itself, so a fault is reported with the op that caused it (for debugging; slow).
+  void launched(const char* op) {
+    check(cudaGetLastError(), op);
+    if (sync_each_op_) check(cudaStreamSynchronize(st_), op);
+  }
   void check_head_dim(int hd) const {
     if (hd > cuda::attention_max_head_dim())
       fail("the CUDA attention kernels support head_dim up to {}, not {}",
            cuda::attention_max_head_dim(), hd);
     const size_t need = cuda::attention_smem_bytes(hd);
     if (need > size_t(smem_optin_))
-      fail("the CUDA attention kernels need {} KiB of shared memory per block at head_dim {}; {} "
-           "offers {} KiB",
-           need >> 10, hd, info_.name, smem_optin_ >> 10);
+      fail(
+          "the CUDA attention kernels need {} KiB of shared memory per block at head_dim {}; {} "
+          "offers {} KiB",
+          need >> 10, hd, info_.name, smem_optin_ >> 10);
   }
 
   // Copies `n` doubles of dres_ to the host and waits: the one host synchronisation of the ops
@@ -542,7 +551,8 @@ class CudaBackend final : public Backend {
 
   CudaDeviceInfo info_;
   int dev_;
-  int smem_optin_ = 0;  // shared memory per block a kernel may opt in to
+  int smem_optin_ = 0;         // shared memory per block a kernel may opt in to
+  bool sync_each_op_ = false;  // CLOCKLM_CUDA_SYNC=1
   cudaStream_t st_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
