@@ -259,8 +259,9 @@ TEST_P(BackendOps, Bf16Conversions) {
       continue;
     }
     ASSERT_EQ(y[i], f32_to_bf16(x[i])) << i << " " << x[i];
-    if (std::isfinite(bf16_to_f32(y[i])))  // (FLT_MAX rightly overflows to infinity)
+    if (std::isfinite(bf16_to_f32(y[i]))) {  // (FLT_MAX rightly overflows to infinity)
       EXPECT_LE(std::abs(bf16_to_f32(y[i]) - x[i]), kBf16Rel * std::abs(x[i])) << i;
+    }
   }
   EXPECT_EQ(y[1001 + 2], 0x3f80);  // 1.0
   EXPECT_EQ(y[1001 + 4], 0x3f80);  // tie -> even

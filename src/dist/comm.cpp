@@ -6,7 +6,11 @@
 #include <cstdlib>
 #include <memory>
 
+#include "backend/backend.h"
 #include "dist/comm_mpi.h"
+#ifdef CLOCKLM_HAVE_NCCL
+#include "dist/comm_nccl.h"
+#endif
 
 namespace clm {
 
@@ -104,6 +108,31 @@ Comm& world_comm() {
     c = std::make_unique<SingleComm>();
   }
   return *c;
+}
+
+Comm& device_comm(Comm& world, const Backend& device) {
+  if (world.world() == 1 || device.host_visible()) return world;
+  static std::unique_ptr<Comm> gpu;
+  if (gpu) return *gpu;
+  const std::string name = device.name();  // "cuda:N"
+  const size_t colon = name.find(':');
+  const int index = colon == std::string::npos ? 0 : std::atoi(name.c_str() + colon + 1);
+#ifdef CLOCKLM_HAVE_NCCL
+  gpu = make_nccl_comm(world, index);
+  return *gpu;
+#else
+  (void)index;
+  fail("{} ranks on {} need the NCCL transport, and this build has none (CMake found no NCCL)",
+       world.world(), name);
+#endif
+}
+
+std::string rank_device_name(const std::string& requested, const Comm& world) {
+  if (world.world() == 1) return requested;
+  const bool gpus = available_backends().size() > 1;  // "cpu" plus one "cuda:N" per usable GPU
+  if (requested == "cuda" || (requested == "auto" && gpus))
+    return fmt::format("cuda:{}", world.local_rank());
+  return requested;
 }
 
 bool world_comm_active() { return comm_slot() && comm_slot()->world() > 1; }

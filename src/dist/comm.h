@@ -17,6 +17,8 @@
 
 namespace clm {
 
+class Backend;
+
 enum class ReduceOp { Sum, Max };
 
 // The largest element count one collective call takes (MPI counts are int); larger buffers go in
@@ -107,6 +109,13 @@ struct CollectiveError : Error {
 // OMPI_COMM_WORLD_SIZE/RANK (mpirun) selects MPI, nothing selects the single-process no-op. A job
 // started by mpirun in a build without MPI is refused with one line saying so.
 Comm& world_comm();
+// The communicator for buffers on `device`: world itself where the device's memory is host memory
+// (the CPU) or there is one rank; for GPU ranks an NCCL communicator bootstrapped over world (one
+// GPU per rank), kept for the process's lifetime. A GPU backend without an NCCL build is an Error.
+Comm& device_comm(Comm& world, const Backend& device);
+// The device a rank uses when the user asked for `requested`: with several ranks on a host, each
+// takes its own GPU (`cuda`, or `auto` where GPUs are present, become cuda:<local rank>).
+std::string rank_device_name(const std::string& requested, const Comm& world);
 // True once world_comm() was created with more than one rank (error handling in main).
 bool world_comm_active();
 // Whether this build has the MPI transport; the rank count the launcher's environment announces

@@ -1,8 +1,9 @@
 // The NCCL communicator (see comm_nccl.h). Every collective runs on the communicator's own CUDA
 // stream and is waited for before returning, so callers see the same blocking semantics as MPI;
-// overlapping it with the backward pass is the backend's business once the CUDA backend has
-// kernels. On a failure that only this rank sees, abort() tears NCCL down and ends the job through
-// the bootstrap communicator (MPI_Abort), so no peer waits in a collective.
+// overlapping it with the backward pass is not done yet. Host buffers are staged through device
+// memory, so the trainer's small host-side decisions can use the same communicator. On a failure
+// that only this rank sees, abort() tears NCCL down and ends the job through the bootstrap
+// communicator (MPI_Abort), so no peer waits in a collective.
 #include "dist/comm_nccl.h"
 
 #include <cuda_runtime.h>
@@ -39,6 +40,7 @@ class NcclComm final : public Comm {
   }
   ~NcclComm() override {
     watchdog_.reset();
+    if (stage_) cudaFree(stage_);
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
@@ -50,10 +52,14 @@ class NcclComm final : public Comm {
   int local_world() const override { return boot_.local_world(); }
 
   void all_reduce(float* buf, int64_t n, ReduceOp op) override {
-    run(double(n) * 4, ncclAllReduce(buf, buf, size_t(n), ncclFloat32, nccl_op(op), comm_, stream_));
+    staged(buf, size_t(n) * 4, [&](void* p) {
+      return ncclAllReduce(p, p, size_t(n), ncclFloat32, nccl_op(op), comm_, stream_);
+    });
   }
   void all_reduce(double* buf, int64_t n, ReduceOp op) override {
-    run(double(n) * 8, ncclAllReduce(buf, buf, size_t(n), ncclFloat64, nccl_op(op), comm_, stream_));
+    staged(buf, size_t(n) * 8, [&](void* p) {
+      return ncclAllReduce(p, p, size_t(n), ncclFloat64, nccl_op(op), comm_, stream_);
+    });
   }
   // NCCL's reduce-scatter and all-gather take equal blocks, so blocks of unequal size go as one
   // group of per-root reduces (each rank's block summed onto its owner) or broadcasts.
@@ -68,7 +74,7 @@ class NcclComm final : public Comm {
     });
   }
   void broadcast(void* buf, size_t bytes, int root) override {
-    run(double(bytes), ncclBroadcast(buf, buf, bytes, ncclChar, root, comm_, stream_));
+    staged(buf, bytes, [&](void* p) { return ncclBroadcast(p, p, bytes, ncclChar, root, comm_, stream_); });
   }
   void barrier() override {
     run(0, ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_));
@@ -84,31 +90,71 @@ class NcclComm final : public Comm {
   void run(double bytes, ncclResult_t issued) {
     const double t0 = now_seconds();
     check_nccl(issued, "collective");
-    watchdog_->enter("nccl collective");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    watchdog_->leave();
+    wait();
     stats.seconds += now_seconds() - t0;
     stats.bytes += bytes;
     ++stats.calls;
+  }
+  void wait() {
+    watchdog_->enter("nccl collective");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    watchdog_->leave();
+  }
+
+  // Device buffers (gradients, parameters) are used in place. Host buffers (the trainer's
+  // decisions, loader positions, evaluation sums: a few bytes each) go through a device staging
+  // buffer, copied on the collective's own stream so the copies and the collective stay in order.
+  template <class F>
+  void staged(void* buf, size_t bytes, F&& issue) {
+    if (bytes == 0) return;
+    if (on_device(buf)) {
+      run(double(bytes), issue(buf));
+      return;
+    }
+    if (bytes > stage_bytes_) {
+      if (stage_) cudaFree(stage_);
+      stage_ = nullptr;
+      check_cuda(cudaMalloc(&stage_, bytes), "cudaMalloc (staging)");
+      stage_bytes_ = bytes;
+    }
+    check_cuda(cudaMemcpyAsync(stage_, buf, bytes, cudaMemcpyHostToDevice, stream_), "staging copy");
+    run(double(bytes), issue(stage_));
+    check_cuda(cudaMemcpyAsync(buf, stage_, bytes, cudaMemcpyDeviceToHost, stream_), "staging copy");
+    wait();
+  }
+  static bool on_device(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // an unknown pointer is host memory; clear the error
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
 
   template <class F>
   void grouped(float* buf, const std::vector<int64_t>& counts, F&& op) {
     if (int(counts.size()) != world()) fail("nccl: {} block counts for {} ranks", counts.size(), world());
-    int64_t off = 0;
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < world(); ++r) {
-      const int64_t n = counts[size_t(r)];
-      if (n > 0) check_nccl(op(buf + off, size_t(n), r), "grouped collective");
-      off += n;
-    }
-    run(double(off) * 4, ncclGroupEnd());
+    int64_t total = 0;
+    for (int64_t n : counts) total += n;
+    staged(buf, size_t(total) * 4, [&](void* dev) {
+      float* p = static_cast<float*>(dev);
+      int64_t off = 0;
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (int r = 0; r < world(); ++r) {
+        const int64_t n = counts[size_t(r)];
+        if (n > 0) check_nccl(op(p + off, size_t(n), r), "grouped collective");
+        off += n;
+      }
+      return ncclGroupEnd();
+    });
   }
 
   Comm& boot_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
+  void* stage_ = nullptr;
+  size_t stage_bytes_ = 0;
   std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 

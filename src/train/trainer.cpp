@@ -122,7 +122,7 @@ double cached_peak_flops(int threads) {
 // checkpoints are returned oldest first, so keep_checkpoints goes on counting them.
 std::vector<std::string> tidy_checkpoints(const std::string& run_dir, int64_t resumed_step) {
   std::vector<std::pair<int64_t, std::string>> found;
-  for (const fs::path dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+  for (const fs::path& dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();
       std::error_code ec;
@@ -164,7 +164,11 @@ TrainResult train(const TrainOptions& o) {
   // --resume on a run killed before its first checkpoint starts it over: nothing was saved, so
   // nothing is lost, and the user's command works the same whenever the run died.
   const bool resume_asked = !o.resume_dir.empty();
-  Comm& comm = world_comm();
+  // With several ranks on GPUs each rank takes its own GPU, and every collective goes over NCCL
+  // (device_comm; host-side decisions are staged through the GPU), else over the launcher's MPI.
+  Comm& launch = world_comm();
+  std::shared_ptr<Backend> device = make_backend(rank_device_name(o.device, launch));
+  Comm& comm = device_comm(launch, *device);
   const int rank = comm.rank(), world = comm.world();
   const bool lead = rank == 0;  // the one rank that writes the run folder and prints progress
   const bool quiet = o.quiet || !lead;
@@ -212,7 +216,6 @@ TrainResult train(const TrainOptions& o) {
   // ---- model, optimizer, data ----
   const int B = tc.micro_batch, T = cfg.model.seq_len;
   const int eval_B = tc.eval_batch > 0 ? tc.eval_batch : B;
-  std::shared_ptr<Backend> device = make_backend(o.device);
   // The optimizer's state is at most two fp32 moments per parameter (AdamW; Muon keeps one);
   // several micro-batches per rank add one gradient-sized sum (train_step).
   const size_t extra_per_param = tc.batch_tokens > rank_tokens ? 12 : 8;
