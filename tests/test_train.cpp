@@ -59,11 +59,10 @@ float overfit(const std::string& matrix_kind) {
       tg[b * T + t] = cycle[(b * 5 + t + 1) % 24];
     }
   TrainConfig tc = c.train;
-  float loss = 0;
   for (int s = 0; s < steps; ++s) {
     ScheduleValues sv = schedule_at(tc, c.optim.matrix.momentum, double(s) / steps);
     model.zero_grad();
-    loss = model.forward(in.data(), tg.data(), B, T);
+    model.forward(in.data(), tg.data(), B, T);
     model.backward(1.0f);
     opt.step(sv.lr_scale, sv.wd_scale, sv.muon_momentum);
   }

@@ -225,8 +225,8 @@ static void register_plan(CLI::App& app) {
   cmd->add_option("--device", o->p.device, "Backend to time candidates on: cpu | cuda[:N] | auto");
   cmd->add_option("--runs", o->p.runs, "Fit the scaling law to the finished runs under these folders (repeatable)");
   cmd->add_option("--set", o->p.sets, "Override applied to every candidate: key=value (repeatable)");
-  cmd->add_option("--min-depth", o->p.min_depth, "Smallest d<N> searched (default 4; the family is d4..d20)");
-  cmd->add_option("--max-depth", o->p.max_depth, "Largest d<N> searched (default 12)");
+  cmd->add_option("--min-depth", o->p.min_depth, "Smallest depth of the d<N> rule searched (default 2)");
+  cmd->add_option("--max-depth", o->p.max_depth, "Largest depth searched (default 12)");
   cmd->add_option("--measure", o->p.measure_top, "Candidates timed on the device (default 3; the rest estimated)");
   cmd->add_option("--threads", o->p.threads, "CPU threads (default: all)");
   cmd->add_option("--out", o->out, "Write the best candidate's config here (default plan.json)");

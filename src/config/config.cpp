@@ -339,6 +339,11 @@ void apply_json(RunConfig& c, const nlohmann::json& j, const std::string& where)
 
 }  // namespace
 
+RunConfig depth_config(int n_layer) {
+  if (n_layer < 1 || n_layer > 64) fail("depth {} is outside 1..64", n_layer);
+  return preset_d(n_layer);
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h"};
   for (int n = 4; n <= 20; ++n) v.push_back(fmt::format("d{}", n));

@@ -57,6 +57,10 @@ void validate(const RunConfig& cfg);  // throws Error with a one-line message
 nlohmann::json to_json(const RunConfig& cfg);
 RunConfig run_config_from_json(const nlohmann::json& j);  // strict: unknown keys throw
 std::vector<std::string> preset_names();
+// The d<N> rule for any depth (the presets d4..d20 are the named members): n_layer = N, width 64·N,
+// the batch and AdamW learning rates scaled with it (docs/CONFIG.md); vocab_size 0. Used by the
+// planner, which also searches depths below d4.
+RunConfig depth_config(int n_layer);
 // Stable fingerprint of what determines the training math (model, optim, batch, seed, schedule
 // shape); excludes run-length and bookkeeping keys (budget, max_steps, eval/checkpoint cadence,
 // log_every, threads, name) so a resumed run may extend its budget. Stored in checkpoints.

@@ -264,8 +264,8 @@ nlohmann::json PlanResult::to_json() const {
 PlanResult make_plan(const PlanOptions& o) {
   const double t0 = now_seconds();
   if (!(o.budget_seconds > 0)) fail("plan: the budget must be positive");
-  if (o.min_depth < 4 || o.max_depth > 20 || o.max_depth < o.min_depth)
-    fail("plan: depths {}..{} are not a range within the d<N> family (d4..d20)", o.min_depth, o.max_depth);
+  if (o.min_depth < 1 || o.max_depth > 64 || o.max_depth < o.min_depth)
+    fail("plan: depths {}..{} are not a range within 1..64", o.min_depth, o.max_depth);
   if (o.measure_top < 1) fail("plan: at least one candidate must be timed (--measure 1 or more)");
   PlanResult res;
   res.budget_seconds = o.budget_seconds;
@@ -281,7 +281,8 @@ PlanResult make_plan(const PlanOptions& o) {
   std::vector<PlanCandidate> cands;
   for (int d = o.min_depth; d <= o.max_depth; ++d) {
     PlanCandidate c;
-    c.cfg = load_config(fmt::format("d{}", d), o.sets);
+    c.cfg = depth_config(d);
+    apply_overrides(c.cfg, o.sets);
     c.cfg.model.vocab_size = data.vocab;
     c.cfg.train.budget_seconds = o.budget_seconds;
     validate(c.cfg);

@@ -48,7 +48,7 @@ struct PlanOptions {
   std::string data_dir;                 // vocabulary and bytes per token; empty: vocab 8192, 4.3 B/token
   std::vector<std::string> runs;        // refit the law on these runs instead of the default
   std::vector<std::string> sets;        // overrides applied to every candidate
-  int min_depth = 4, max_depth = 12;    // the d<N> family searched (presets d4..d20)
+  int min_depth = 2, max_depth = 12;    // the d<N> rule's depths searched (depth_config)
   int measure_top = 3;                  // candidates timed on the device (the rest estimated)
   int threads = 0;                      // 0: default_threads()
   bool progress = true;                 // progress lines on stderr
