@@ -83,11 +83,26 @@ void register_engine_commands(CLI::App& app) {
     auto config = std::make_shared<std::string>();
     auto sets = std::make_shared<std::vector<std::string>>();
     auto json_out = std::make_shared<bool>(false);
-    cmd->add_option("--config", *config, "Preset name or JSON config file")->required();
+    auto depth = std::make_shared<int>(0);
+    auto write = std::make_shared<std::string>();
+    auto* cfg_opt = cmd->add_option("--config", *config, "Preset name or JSON config file");
+    auto* depth_opt =
+        cmd->add_option("--depth", *depth, "The d<N> rule at this depth (any N >= 1; presets are d4..d20)");
+    cfg_opt->excludes(depth_opt);
     cmd->add_option("--set", *sets, "Override a config key: key=value (repeatable)");
     cmd->add_flag("--json", *json_out, "Print the resolved config as JSON as well");
-    cmd->callback([config, sets, json_out] {
-      RunConfig c = load_config(*config, *sets);
+    cmd->add_option("--write", *write, "Write the resolved config to this file (a config `train --config` takes)");
+    cmd->callback([config, sets, json_out, depth, write] {
+      if (config->empty() && *depth == 0) fail("model: give --config NAME|FILE or --depth N");
+      RunConfig c;
+      if (*depth != 0) {
+        c = depth_config(*depth);
+        apply_overrides(c, *sets);
+        validate(c);
+      } else {
+        c = load_config(*config, *sets);
+      }
+      if (!write->empty()) atomic_write(*write, to_json(c).dump(2) + "\n");
       const ModelConfig& m = c.model;
       ParamCount p = count_params(m);
       if (m.vocab_size == 0)
