@@ -160,3 +160,23 @@ TEST(ExpPlan, PlanOnTheCpuRanksCandidatesAndWritesATrainableConfig) {
   EXPECT_FALSE(fs::exists(none));
   fs::remove_all(root);
 }
+
+TEST(ExpPlan, DepthRuleReachesBelowThePresetsAndWritesAConfig) {
+  const RunConfig d3 = depth_config(3);
+  EXPECT_EQ(d3.model.n_layer, 3);
+  EXPECT_EQ(d3.model.d_model, 192);
+  EXPECT_EQ(d3.name, "d3");
+  // The named presets are members of the same rule.
+  EXPECT_EQ(to_json(depth_config(6)).dump(), to_json(load_config("d6")).dump());
+  EXPECT_THROW(depth_config(0), Error);
+  const std::string root = temp_dir("depth"), file = root + "/d3.json";
+  std::string text;
+  ASSERT_EQ(run_clocklm("model --depth 3 --set model.seq_len=256 --write " + file, &text), 0) << text;
+  const RunConfig back = load_config(file);
+  EXPECT_EQ(back.model.n_layer, 3);
+  EXPECT_EQ(back.model.seq_len, 256);
+  EXPECT_EQ(back.optim.embed.lr, d3.optim.embed.lr);
+  EXPECT_NE(run_clocklm("model", &text), 0);
+  EXPECT_NE(text.find("--depth N"), std::string::npos) << text;
+  fs::remove_all(root);
+}
