@@ -123,12 +123,16 @@ class CudaBackend final : public Backend {
     check(cudaMemsetAsync(p, 0, n, st_), "cudaMemsetAsync");  // stream-ordered before any use
     return p;
   }
+  // Never throws: DeviceBuffer's destructor calls it, also while an Error from a failed op unwinds
+  // the stack, and a throw there would end the process (std::terminate) instead of reporting that
+  // Error. After a kernel fault every call fails the same way (the error is sticky), so the next
+  // checked call, or the one unwinding, reports it; the memory goes with the broken context.
   void free(void* p) override {
     if (!p) return;
-    use();
     // Work still queued may read p; wait for it (frees are rare: models, scratch growth).
-    check(cudaStreamSynchronize(st_), "cudaStreamSynchronize");
-    check(cudaFree(p), "cudaFree");
+    if (cudaSetDevice(dev_) != cudaSuccess || cudaStreamSynchronize(st_) != cudaSuccess ||
+        cudaFree(p) != cudaSuccess)
+      cudaGetLastError();  // clear a non-sticky error so it is not blamed on a later op
   }
   void to_device(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
