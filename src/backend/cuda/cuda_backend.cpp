@@ -116,10 +116,13 @@ class CudaBackend final : public Backend {
     use();
     void* p = nullptr;
     const size_t n = std::max<size_t>(bytes, 64);
-    if (cudaMalloc(&p, n) != cudaSuccess) {
+    const cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       fail("out of memory allocating {} MiB on {}", n >> 20, name());
     }
+    // Anything else (typically a sticky fault of an earlier kernel) is not a lack of memory.
+    check(e, "cudaMalloc");
     check(cudaMemsetAsync(p, 0, n, st_), "cudaMemsetAsync");  // stream-ordered before any use
     return p;
   }
