@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cpu/newton_schulz.h"
@@ -539,18 +540,28 @@ class CudaBackend final : public Backend {
     check(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = kWorkspace;
     const uint32_t a_b = uint32_t(al_b), b_a = uint32_t(al_a), c_c = uint32_t(al_c);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
+    // Checked: without the alignment limits the heuristic may pick an algorithm that assumes
+    // 16-byte aligned pointers, which faults on an offset into a buffer.
+    cublasStatus_t ps =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws);
     // The first operand is B's memory, the second A's.
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a_b, 4);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b_a, 4);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_c, 4);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_c, 4);
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const uint32_t*> als[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c_c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c_c}};
+    for (const auto& [attr, v] : als)
+      if (ps == CUBLAS_STATUS_SUCCESS)
+        ps = cublasLtMatmulPreferenceSetAttribute(pref, attr, v, sizeof *v);
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     const cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+        ps == CUBLAS_STATUS_SUCCESS
+            ? cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found)
+            : ps;
     cublasLtMatmulPreferenceDestroy(pref);
+    check(ps, "matmul preference");
     p.lt = s == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p.lt) p.algo = res.algo;
     return plans_.emplace(key, p).first->second;
