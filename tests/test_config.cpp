@@ -36,6 +36,16 @@ std::string temp_dir(const std::string& name) {
 
 }  // namespace
 
+TEST(Config, SpeedrunPresetResolvesAndValidates) {
+  RunConfig c = load_config("speedrun-10m");
+  EXPECT_NO_THROW(validate(c));
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.d_model, 192);
+  EXPECT_EQ(c.model.seq_len, 256);
+  EXPECT_EQ(c.train.batch_tokens, 4096);
+  EXPECT_EQ(c.train.budget_seconds, 600);
+}
+
 TEST(Config, PresetsAreValid) {
   for (const auto& name : preset_names()) {
     RunConfig c = load_config(name);

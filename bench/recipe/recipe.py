@@ -189,14 +189,18 @@ def table(a):
                             tps_in_run=[g[sd]["tps_in_run"] for sd in seeds], params=r0["params"],
                             command=r0["command"]))
     res = os.path.join(ROOT, "bench", "results")
-    json.dump(dict(method="see bench/results/recipe.md", throughput=tp, rows=out),
+    val = {}
+    for f in sorted(os.listdir(os.path.join(RUNS, "val"))) if os.path.isdir(os.path.join(RUNS, "val")) else []:
+        if f.endswith(".json"):
+            val[f[:-5]] = json.load(open(os.path.join(RUNS, "val", f)))
+    json.dump(dict(method="see bench/results/recipe.md", throughput=tp, rows=out, shared_val=val),
               open(os.path.join(res, "recipe.json"), "w"), indent=1)
     lines = ["| budget | lever | setting | seeds | val bpb (tune) | Δbpb vs d4 | spread | tok/s (p90) | ×d4 | steps | tokens | params | command |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in out:
-        short = " ".join(x.split("=")[0].split(".")[-1] + "=" + x.split("=", 1)[1] for x in o["sets"])
+        short = " ".join(x.split("=")[0].split(".", 1)[-1] + "=" + x.split("=", 1)[1] for x in o["sets"])
         setting = "d4 (baseline)" if o["name"] == "base" else \
-            f"{o['name']}: {o['config']} {short}{' vocab ' + str(o['vocab']) if o['vocab'] != 8192 else ''}".strip()
+            " ".join(x for x in [f"{o['name']}: {o['config']}", short, f"vocab {o['vocab']}" if o["vocab"] != 8192 else ""] if x)
         d = "—" if o["name"] == "base" else (f"{o['delta_mean']:+.4f}" if o["delta_mean"] is not None else "n/a")
         sp = f"{o['delta_spread']:.4f}" if o["delta_spread"] is not None else ("" if len(o["seeds"]) < 2 else "")
         if o["name"] == "base" and len(o["seeds"]) > 1:

@@ -303,8 +303,33 @@ RunConfig preset_server_4h() {
   return c;
 }
 
+// The measured 10-minute CPU recipe (bench/results/recipe.md): at a few minutes of a 2-core CPU
+// the smaller, faster shape wins: 3 layers of width 192 (AdamW lrs by the 1/sqrt(width) rule) and
+// 256-token rows (16 per micro-batch, one micro-batch of 4096 tokens per step); vocab from the
+// dataset (measured with 8192); budget 10 minutes.
+RunConfig preset_speedrun_10m() {
+  RunConfig c;
+  c.name = "speedrun-10m";
+  c.model.n_layer = 3;
+  c.model.d_model = 192;
+  c.model.n_head = 3;
+  c.model.n_kv_head = 3;
+  c.model.head_dim = 64;
+  c.model.mlp_ratio = 4.0f;
+  c.model.activation = "relu2";
+  c.model.tie_embeddings = false;
+  c.model.vocab_size = 0;  // from the dataset's tokenizer
+  c.model.seq_len = 256;
+  scale_adamw_lrs(c);
+  c.train.batch_tokens = 4096;
+  c.train.micro_batch = 16;
+  c.train.budget_seconds = 600;
+  return c;
+}
+
 bool find_preset(const std::string& name, RunConfig& out) {
   if (name == "baseline-50m") { out = preset_baseline_50m(); return true; }
+  if (name == "speedrun-10m") { out = preset_speedrun_10m(); return true; }
   if (name == "server-4h") { out = preset_server_4h(); return true; }
   if (name == "byte-11m") { out = preset_byte_11m(); return true; }
   if (name.size() >= 2 && name[0] == 'd') {
@@ -345,7 +370,7 @@ RunConfig depth_config(int n_layer) {
 }
 
 std::vector<std::string> preset_names() {
-  std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h"};
+  std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h", "speedrun-10m"};
   for (int n = 4; n <= 20; ++n) v.push_back(fmt::format("d{}", n));
   return v;
 }
