@@ -131,7 +131,7 @@ ScalingLaw fit_grid(const std::vector<LawPoint>& pts) {
 // The inputs (vocabulary, bytes per token) that the candidates are planned for.
 struct PlanData {
   int vocab = 8192;
-  double bytes_per_token = 4.3;
+  double bytes_per_token = 3.8;  // English text at a vocabulary of 8192 (the built-in law's data)
 };
 
 PlanData plan_data(const std::string& dir) {
@@ -139,9 +139,11 @@ PlanData plan_data(const std::string& dir) {
   if (dir.empty()) return d;
   const DatasetInfo info = read_dataset_info(dir);
   d.vocab = int(info.vocab_size);
-  const nlohmann::json& tr = info.manifest.at("splits").at("train");
-  const double bytes = tr.value("bytes", 0.0), tokens = tr.value("tokens", 0.0);
-  if (!(bytes > 0 && tokens > 0)) fail("plan: {} records no training bytes and tokens in manifest.json", dir);
+  // Bytes per token of the val split, as the law's points measure it (a run's summary records its
+  // val bytes per token, not its training split's), so D means the same in the fit and the plan.
+  const nlohmann::json& va = info.manifest.at("splits").at("val");
+  const double bytes = va.value("bytes", 0.0), tokens = va.value("tokens", 0.0);
+  if (!(bytes > 0 && tokens > 0)) fail("plan: {} records no val bytes and tokens in manifest.json", dir);
   d.bytes_per_token = bytes / tokens;
   return d;
 }

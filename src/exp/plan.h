@@ -45,7 +45,7 @@ ScalingLaw default_scaling_law();
 struct PlanOptions {
   double budget_seconds = 1800;
   std::string device = "auto";
-  std::string data_dir;                 // vocabulary and bytes per token; empty: vocab 8192, 4.3 B/token
+  std::string data_dir;                 // vocabulary and (val) bytes per token; empty: vocab 8192, 3.8 B/token
   std::vector<std::string> runs;        // refit the law on these runs instead of the default
   std::vector<std::string> sets;        // overrides applied to every candidate
   int min_depth = 2, max_depth = 12;    // the d<N> rule's depths searched (depth_config)
