@@ -12,9 +12,11 @@
 #include "exp/plan.h"
 #include "model/config.h"
 #include "test_cli_util.h"
+#include "test_run_util.h"
 
 using namespace clm;
 using cli_test::run_clocklm;
+using run_test::tiny_dataset;
 namespace fs = std::filesystem;
 
 namespace {
@@ -191,4 +193,39 @@ TEST(ExpPlan, BuiltInLawPredictsLessForMoreDataAndSize) {
   EXPECT_NEAR(l.predict(double(count_params(load_config("d4", {"vocab_size=8192"}).model).matrix),
                         281 * 4096 * 4.0),
               2.065, 0.05);
+}
+
+TEST(ExpPlan, TrainConfigAutoPlansThenTrainsTheWinner) {
+  // The tiny dataset with the byte counts `prepare` records (the plan reads bytes per token).
+  const std::string data = temp_dir("autodata"), run = temp_dir("autorun");
+  fs::copy(tiny_dataset(), data, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  nlohmann::json m = nlohmann::json::parse(read_file(data + "/manifest.json"));
+  for (const char* split : {"train", "val"}) {
+    const double tokens = m["splits"][split]["shards"][0]["tokens"].get<double>();
+    m["splits"][split]["tokens"] = tokens;
+    m["splits"][split]["bytes"] = tokens * 4.0;
+  }
+  atomic_write(data + "/manifest.json", m.dump(2));
+  std::string text;
+  ASSERT_EQ(run_clocklm("train --config auto --budget 2s --data " + data + " --out " + run +
+                            " --device cpu --quiet --set model.seq_len=64 --set train.micro_batch=2"
+                            " --set train.batch_tokens=128 --set val_tokens=1024 --set train.threads=1",
+                        &text),
+            0)
+      << text;
+  EXPECT_NE(text.find("--config auto chose d"), std::string::npos) << text;
+  EXPECT_NE(text.find("val_bpb "), std::string::npos) << text;
+  const nlohmann::json plan = nlohmann::json::parse(read_file(run + "/plan.json"));
+  EXPECT_EQ(plan["budget_seconds"], 2);
+  EXPECT_TRUE(plan["candidates"][0]["measured"].get<bool>());
+  // The run trained the chosen config (RUN/auto.json), overrides included.
+  const RunConfig chosen = load_config(run + "/auto.json");
+  const RunConfig used = load_config(run + "/config.json");
+  EXPECT_EQ(used.model.n_layer, chosen.model.n_layer);
+  EXPECT_EQ(used.model.seq_len, 64);
+  // --resume continues with RUN/config.json; auto is for new runs only.
+  EXPECT_NE(run_clocklm("train --config auto --resume " + run + " --data " + data, &text), 0);
+  EXPECT_NE(text.find("--config auto starts a new run"), std::string::npos) << text;
+  fs::remove_all(data);
+  fs::remove_all(run);
 }
