@@ -316,11 +316,16 @@ TrainResult train(const TrainOptions& o) {
   // is no periodic evaluation or checkpoint.
   auto position = [&] { return det ? fraction() * std::max(0.0, clock.budget) : clock.used; };
 
-  // Collective: every rank hands rank 0 its loader position; rank 0 writes the file.
+  // Collective: every rank hands rank 0 its loader position; rank 0 writes the file while the others
+  // wait at a barrier. Writing is off the clock: without the barrier the other ranks would start
+  // the next step and count rank 0's write as device time while waiting in its first collective.
   auto checkpoint = [&](const char* why) {
     const std::vector<std::string> states = comm.all_gather_strings(loader.state().dump());
     opt.gather_state();  // collective with a sharded optimizer
-    if (!lead) return;
+    if (!lead) {
+      comm.barrier();
+      return;
+    }
     nlohmann::json loaders = nlohmann::json::array();
     for (const std::string& s : states) loaders.push_back(nlohmann::json::parse(s));
     nlohmann::json st = {{"step", step},
@@ -346,6 +351,7 @@ TrainResult train(const TrainOptions& o) {
       fs::remove(fs::path(ckpt_dir) / kept_ckpts.front(), ec);
       kept_ckpts.erase(kept_ckpts.begin());
     }
+    comm.barrier();
   };
 
   auto evaluate = [&](int64_t n_tokens, bool progress_evals) {
