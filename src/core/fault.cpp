@@ -45,7 +45,7 @@ std::vector<Fault>& faults() {
       Fault f;
       size_t c1 = item.find(':'), c2 = item.rfind(':');
       f.kind = item.substr(0, c1);
-      if (f.kind == "kill-in-write" && c1 != c2) {
+      if ((f.kind == "kill-in-write" || f.kind == "slow-write") && c1 != c2) {
         f.pattern = item.substr(c1 + 1, c2 - c1 - 1);
         f.at = std::atol(item.c_str() + c2 + 1);
       } else if ((f.kind == "nan-loss" || f.kind == "kill-at-step" || f.kind == "signal-at-step" ||
@@ -67,8 +67,9 @@ std::vector<Fault>& faults() {
 
 void fault_point_write(std::string_view path) {
   for (Fault& f : faults()) {
-    if (f.kind != "kill-in-write" || path.find(f.pattern) == std::string_view::npos) continue;
-    if (++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+    if (path.find(f.pattern) == std::string_view::npos) continue;
+    if (f.kind == "kill-in-write" && ++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+    if (f.kind == "slow-write") ::usleep(useconds_t(f.at) * 1000);  // a slow disk
   }
 }
 

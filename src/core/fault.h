@@ -5,6 +5,8 @@
 //
 //   CLOCKLM_FAULT=kill-in-write:<path substring>:<n>   SIGKILL halfway through the n-th atomic write
 //                                                      of a file whose path contains the substring
+//   CLOCKLM_FAULT=slow-write:<path substring>:<ms>     every atomic write of such a file takes <ms>
+//                                                      milliseconds longer (a slow disk)
 //   CLOCKLM_FAULT=nan-loss:<n>                         the n-th training step's loss becomes NaN
 //   CLOCKLM_FAULT=kill-at-step:<n>                     SIGKILL when the n-th training step starts
 //   CLOCKLM_FAULT=signal-at-step:<n>                   SIGTERM to itself when the n-th step starts
