@@ -116,6 +116,12 @@ static void whole_model_gradcheck(ModelConfig c) {
   GPT m(c, B, T);
   m.set_matmul_precision(MatPrec::F32);
   m.init_weights(11);
+  for (auto& p : m.params())  // the bigram table starts at zero; give it values
+    if (p.name == "bigram_embed") {
+      Rng r(14);
+      for (int64_t i = 0; i < p.numel(); ++i) p.data[i] = 0.3f * r.normal();
+      m.weights_changed();
+    }
   auto in = tokens(B * T, c.vocab_size, 12), tg = tokens(B * T, c.vocab_size, 13);
   tg[3] = -1;  // an ignored position
   m.zero_grad();
@@ -162,6 +168,34 @@ TEST(GPT, GradientCheckGeluNoQkNormNoCap) {
   c.logit_softcap = 0.0f;
   c.norm_gain = true;
   whole_model_gradcheck(c);
+}
+
+TEST(GPT, GradientCheckBigramEmbedding) {
+  ModelConfig c = tiny("relu2");
+  c.bigram_buckets = 5;  // few rows, so every sampled row is used by the 14 positions
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, BigramEmbeddingShapeCountAndStart) {
+  ModelConfig c = tiny();
+  c.bigram_buckets = 50;
+  GPT m(c, 2, 8);
+  const Param* big = nullptr;
+  for (auto& p : m.params())
+    if (p.name == "bigram_embed") big = &p;
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->kind, ParamKind::Embedding);  // trained with the embeddings' optimizer group
+  EXPECT_EQ(big->shape, (std::vector<int64_t>{50, 32}));
+  EXPECT_EQ(count_params(c).total(), m.num_params());
+  // Zero at the start: the model computes what the same model without the table computes.
+  c.bigram_buckets = 0;
+  GPT plain(c, 2, 8);
+  m.init_weights(3);
+  plain.init_weights(3);
+  auto in = tokens(16, c.vocab_size, 1), tg = tokens(16, c.vocab_size, 2);
+  EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
+  c.bigram_buckets = 1;
+  EXPECT_THROW(GPT(c, 1, 4), Error);
 }
 
 TEST(GPT, Bf16MatchesFp32AndIsDeterministic) {

@@ -8,6 +8,7 @@
 #include "eval/sample.h"
 #include "model/gpt.h"
 #include "backend/cpu/matmul.h"
+#include "core/common.h"
 
 using namespace clm;
 
@@ -29,6 +30,19 @@ ModelConfig tiny_config(const std::string& act = "relu2", bool gain = false) {
   return c;
 }
 
+// Gives a bigram table (model.bigram_buckets) values: init_weights starts it at zero, where a wrong
+// previous token would change nothing.
+void fill_bigram(GPT& m, uint64_t seed) {
+  for (auto& p : m.params())
+    if (p.name == "bigram_embed") {
+      Rng r(seed);
+      std::vector<float> h(size_t(p.numel()));
+      for (float& x : h) x = 0.5f * r.normal();
+      p.from_host(h.data());
+    }
+  m.weights_changed();
+}
+
 std::vector<int32_t> prompt_of(int n, int V) {
   std::vector<int32_t> p;
   for (int i = 0; i < n; i++) p.push_back((i * 37 + 11) % V);
@@ -41,8 +55,10 @@ TEST(SampleKV, GreedyWithCacheEqualsRecomputation) {
   for (MatPrec prec : {MatPrec::F32, MatPrec::BF16}) {
     for (const char* act : {"relu2", "swiglu"}) {
       ModelConfig c = tiny_config(act, std::string(act) == "swiglu");
+      c.bigram_buckets = std::string(act) == "swiglu" ? 11 : 0;  // each appended token pairs with the last
       GPT model(c, 1, c.seq_len);
       model.init_weights(3);
+      fill_bigram(model, 4);
       model.set_matmul_precision(prec);
       model.set_grad_enabled(false);
       SampleOptions o;
@@ -79,10 +95,14 @@ TEST(SampleKV, SeededSamplingIsDeterministicAndMatchesRecomputation) {
 }
 
 TEST(SampleKV, CachedScoringMatchesForward) {
+  for (int bigram : {0, 7}) {
+  SCOPED_TRACE(::testing::Message() << "bigram_buckets " << bigram);
   ModelConfig c = tiny_config("gelu", true);
+  c.bigram_buckets = bigram;
   const int B = 3, T = 20;
   GPT model(c, B, T);
   model.init_weights(9);
+  fill_bigram(model, 10);
   model.set_matmul_precision(MatPrec::F32);
   model.set_grad_enabled(false);
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -118,6 +138,7 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   dec.last_logits(z2.data());
   for (int i = 0; i < c.vocab_size; i++) EXPECT_NEAR(z1[i], z2[i], 1e-4);
   EXPECT_TRUE(std::isinf(z2[c.vocab_size]) && z2[c.vocab_size] < 0);
+  }
 }
 
 // Rows that share a prefix, scored as groups (prefix once, branches attending to it), give what
@@ -127,8 +148,10 @@ TEST(SampleKV, GroupScoringEqualsWholeRows) {
   for (MatPrec prec : {MatPrec::F32, MatPrec::BF16}) {
     ModelConfig c = tiny_config("swiglu", true);
     c.qk_norm = true;
+    c.bigram_buckets = prec == MatPrec::F32 ? 13 : 0;  // a branch's first token pairs with the prefix's last
     GPT model(c, 1, c.seq_len);
     model.init_weights(21);
+    fill_bigram(model, 22);
     model.set_matmul_precision(prec);
     model.set_grad_enabled(false);
     struct G { int prefix; std::vector<int> branches; };

@@ -20,6 +20,7 @@ struct KVDecoderImpl {
   std::unique_ptr<KVCache> rows;   // [max_B row areas] per layer (one_shot: shared by the layers)
   std::unique_ptr<KVCache> group;  // score_groups: one area per group, shared by the layers
   KVCache* last = nullptr;         // the cache holding the last forward's hidden states
+  std::vector<int32_t> last_tok;   // each row's last appended token (a bigram embedding reads it)
 };
 
 KVDecoder::KVDecoder(GPT& model, int max_B, int max_T, bool one_shot) : impl(std::make_unique<KVDecoderImpl>()) {
@@ -57,8 +58,11 @@ void KVDecoder::append(const int32_t* tokens, int B, int n) {
   m.B = B;
   // Row b is one segment: its n tokens continue row b's cache at position pos.
   std::vector<KVSegment> segs(static_cast<size_t>(B));
-  for (int b = 0; b < B; b++) segs[size_t(b)] = {int64_t(b) * n, n, m.pos, int64_t(b) * m.row_floats, m.max_T};
+  m.last_tok.resize(size_t(m.max_B), -1);
+  for (int b = 0; b < B; b++)
+    segs[size_t(b)] = {int64_t(b) * n, n, m.pos, int64_t(b) * m.row_floats, m.max_T, m.pos > 0 ? m.last_tok[size_t(b)] : -1};
   m.model->forward_cached(tokens, int64_t(B) * n, segs, *m.rows, m.max_T);
+  for (int b = 0; b < B; b++) m.last_tok[size_t(b)] = tokens[int64_t(b) * n + n - 1];
   m.last = m.rows.get();
   m.pos += n;
   m.n_last = n;
@@ -84,8 +88,9 @@ void KVDecoder::score_groups(const int32_t* tokens, const std::vector<PrefixGrou
     const int ldT = g.prefix + longest;
     if (g.prefix > 0) segs.push_back({off, g.prefix, 0, cache, ldT});
     off += g.prefix;
+    const int32_t prefix_last = g.prefix > 0 ? tokens[off - 1] : -1;
     for (int n : g.branches) {
-      segs.push_back({off, n, g.prefix, cache, ldT});
+      segs.push_back({off, n, g.prefix, cache, ldT, prefix_last});
       off += n;
     }
     cache += Hkv * ldT * hd;

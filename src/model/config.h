@@ -21,6 +21,10 @@ struct ModelConfig {
   bool qk_norm = true;
   bool tie_embeddings = false;
   float logit_softcap = 15.0f;  // 0 = off; logits = c*tanh(z/c)
+  // > 0: a second input embedding of this many rows, indexed by a hash of (previous token, token)
+  // and added to the token embedding, so the first layer sees the bigram at once (row
+  // bigram_buckets-1 stands for "no previous token", at each row's first position). 0 = off.
+  int bigram_buckets = 0;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled

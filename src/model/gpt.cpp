@@ -63,6 +63,19 @@ struct LayerAct {  // activation pointers of one block
   float* act_mm;    // [N,Hd] activation output in matmul precision
 };
 
+// Row of the bigram table for the pair (prev, cur): a 64-bit mix of the pair reduced to
+// [0, K - 1); row K - 1 stands for "no previous token" (prev < 0).
+int32_t bigram_row(int32_t prev, int32_t cur, int K) {
+  if (prev < 0) return K - 1;
+  uint64_t x = (uint64_t(uint32_t(prev)) << 32) | uint32_t(cur);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return int32_t(x % uint64_t(K - 1));
+}
+
 }  // namespace
 
 struct GPTImpl {
@@ -82,10 +95,11 @@ struct GPTImpl {
   DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
   std::vector<LayerOff> loff;
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
+  int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
 
   DeviceBuffer A;  // activation arena
   DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
-  int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr;
+  int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
   float* loss_d = nullptr;
   std::vector<LayerAct> la;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
@@ -117,6 +131,14 @@ struct GPTImpl {
     be->rmsnorm_fwd(x, g, dst, mmt(), rstd, N, d, cfg.norm_eps);
   }
   const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
+  // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.
+  void add_bigram(const std::vector<int32_t>& rows, int32_t* row_d, float* x, float* tmp) {
+    const int64_t N = int64_t(rows.size());
+    ProfScope ps(prof, "embedding.bigram", "fwd", double(N) * d, 16.0 * N * d);
+    be->to_device(row_d, rows.data(), sizeof(int32_t) * N);
+    be->embedding_fwd(row_d, P.as<float>() + off_big, tmp, N, d);
+    be->axpy(x, 1.0f, tmp, N * d);
+  }
   float* gp(int64_t off) const { return off >= 0 ? G.as<float>() + off : nullptr; }
 
   // Scratch of the cached (inference) forward, sized on demand: one LayerAct that every layer
@@ -128,7 +150,7 @@ struct GPTImpl {
     LayerAct a{};
     float *qkv = nullptr, *tmp_d = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
           *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr;
-    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr;
+    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr;
   } inf;
 
   // Plans one block's activations for N rows (`carve(&ptr, floats)`); the attention log-sum-exp
@@ -216,6 +238,9 @@ void GPTImpl::build(bool allocate) {
     return o;
   };
   off_wte = add("wte", {Vp, d}, ParamKind::Embedding);
+  if (c.bigram_buckets == 1 || c.bigram_buckets < 0)
+    fail("model config: bigram_buckets must be 0 (off) or >= 2, got {}", c.bigram_buckets);
+  if (c.bigram_buckets > 0) off_big = add("bigram_embed", {c.bigram_buckets, d}, ParamKind::Embedding);
   loff.resize(L);
   for (int i = 0; i < L; ++i) {
     std::string pre = fmt::format("blocks.{}.", i);
@@ -270,7 +295,7 @@ void GPTImpl::build(bool allocate) {
   carve(&dv, N * kvw);
   carve(&cos_t, int64_t(max_T) * hd / 2);
   carve(&sin_t, int64_t(max_T) * hd / 2);
-  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 16;
+  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 20;
   if (!allocate) return;
   check_fits_memory(*be, need_bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
   P = DeviceBuffer(*be, size_t(nparams) * 4);
@@ -288,11 +313,12 @@ void GPTImpl::build(bool allocate) {
     o += n;
   }
   be->rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
-  io = DeviceBuffer(*be, size_t(round16(N)) * 16);
+  io = DeviceBuffer(*be, size_t(round16(N)) * 20);
   tok_d = io.as<int32_t>();
   tgt_d = tok_d + round16(N);
   argmax_d = tgt_d + round16(N);
   loss_d = reinterpret_cast<float*>(argmax_d + round16(N));
+  big_d = reinterpret_cast<int32_t*>(loss_d + round16(N));
 }
 
 #define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
@@ -391,6 +417,11 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     PROF("embedding", "fwd", 0, 8.0 * N * d);
     be->embedding_fwd(tok_d, P.as<float>() + off_wte, la[0].x, N, d);
   }
+  if (off_big >= 0) {  // each training row starts without a previous token
+    std::vector<int32_t> rows(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
+    add_bigram(rows, big_d, la[0].x, tmp_d);
+  }
   for (int l = 0; l < L; ++l)
     block_fwd(loff[l], la[l], l + 1 < L ? la[l + 1].x : x_final, qkv, tmp_d, N, B, T, nullptr, nullptr, nullptr,
               cos_t, sin_t);
@@ -419,10 +450,11 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
   carve(&inf.cos_t, int64_t(T_) * hd / 2);
   carve(&inf.sin_t, int64_t(T_) * hd / 2);
   carve(&inf.loss, N);
-  float *tok = nullptr, *tgt = nullptr, *am = nullptr;
+  float *tok = nullptr, *tgt = nullptr, *am = nullptr, *big = nullptr;
   carve(&tok, N);  // int32 buffers carved as floats (same size)
   carve(&tgt, N);
   carve(&am, N);
+  carve(&big, N);
   inf.buf = DeviceBuffer(*be, size_t(total) * 4);
   int64_t o = 0;
   for (auto& [dst, n] : plan) {
@@ -430,6 +462,7 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
     o += n;
   }
   inf.tok = reinterpret_cast<int32_t*>(tok);
+  inf.big = reinterpret_cast<int32_t*>(big);
   inf.tgt = reinterpret_cast<int32_t*>(tgt);
   inf.argmax = reinterpret_cast<int32_t*>(am);
   be->rope_tables(inf.cos_t, inf.sin_t, T_, hd, cfg.rope_base);
@@ -489,7 +522,7 @@ void GPT::init_weights(uint64_t seed) {
       float s = is_out ? out_std : std0;
       if (m.cfg.zero_init_out) s = 0.0f;
       for (int64_t i = 0; i < n; ++i) host[i] = s == 0.0f ? 0.0f : s * rng.normal();
-    } else {
+    } else if (p.name != "bigram_embed") {  // the bigram table starts at zero: a no-op feature
       for (int64_t i = 0; i < n; ++i) host[i] = std0 * rng.normal();
     }
     if (p.name == "wte" || p.name == "lm_head")  // rows of the padded vocabulary stay zero
@@ -634,6 +667,7 @@ void GPT::backward(float loss_scale) {
   {
     PROF("embedding", "bwd", N * d, 12.0 * N * d);
     be.embedding_bwd(m.tok_d, m.dres, G + m.off_wte, N, d);
+    if (m.off_big >= 0) be.embedding_bwd(m.big_d, m.dres, G + m.off_big, N, d);  // rows of the forward
   }
   m.bf16_dirty = true;  // an optimizer step normally follows
 }
@@ -706,6 +740,9 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
     if (sg.n <= 0 || sg.off < 0 || sg.off + sg.n > N || sg.pos0 < 0 || sg.pos0 + sg.n > sg.ldT ||
         sg.pos0 + sg.n > max_pos || sg.cache < 0 || sg.cache + int64_t(m.Hkv) * sg.ldT * m.hd > cache.floats())
       fail("GPT cached forward: a segment of {} tokens at position {} does not fit its cache area", sg.n, sg.pos0);
+    if (m.off_big >= 0 && sg.pos0 > 0 && (sg.prev < 0 || sg.prev >= m.V))
+      fail("GPT cached forward: a segment at position {} lacks its previous token (token {}), which the "
+           "bigram embedding reads", sg.pos0, sg.prev);
     covered += sg.n;
   }
   if (covered != N) fail("GPT cached forward: segments cover {} of {} tokens", covered, N);
@@ -718,6 +755,15 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
   {
     PROF("embedding", "fwd", 0, 8.0 * N * d);
     be.embedding_fwd(m.inf.tok, m.P.as<float>() + m.off_wte, a.x, N, d);
+  }
+  if (m.off_big >= 0) {
+    std::vector<int32_t> rows(static_cast<size_t>(N));
+    for (const KVSegment& sg : segs)
+      for (int i = 0; i < sg.n; ++i) {
+        const int32_t prev = i > 0 ? tokens[sg.off + i - 1] : sg.pos0 > 0 ? sg.prev : -1;
+        rows[size_t(sg.off + i)] = bigram_row(prev, tokens[sg.off + i], m.cfg.bigram_buckets);
+      }
+    m.add_bigram(rows, m.inf.big, a.x, m.inf.tmp_d);
   }
   for (int l = 0; l < m.L; ++l)
     m.block_fwd(m.loff[l], a, a.x, m.inf.qkv, m.inf.tmp_d, N, 1, 0, &segs, cache.k(l), cache.v(l), m.inf.cos_t,

@@ -38,6 +38,9 @@ struct KVSegment {
   int n = 0, pos0 = 0;
   int64_t cache = 0;
   int ldT = 0;
+  // The token at position pos0 - 1 (read when pos0 > 0 and the model has a bigram embedding,
+  // model.bigram_buckets, whose first row of the segment pairs it with that token).
+  int32_t prev = -1;
 };
 
 // Keys and values of past positions, on the model's device: `floats` floats of K and of V per layer,
