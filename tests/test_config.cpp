@@ -36,14 +36,22 @@ std::string temp_dir(const std::string& name) {
 
 }  // namespace
 
-TEST(Config, SpeedrunPresetResolvesAndValidates) {
-  RunConfig c = load_config("speedrun-10m");
-  EXPECT_NO_THROW(validate(c));
-  EXPECT_EQ(c.model.n_layer, 3);
-  EXPECT_EQ(c.model.d_model, 192);
-  EXPECT_EQ(c.model.seq_len, 256);
-  EXPECT_EQ(c.train.batch_tokens, 4096);
-  EXPECT_EQ(c.train.budget_seconds, 600);
+TEST(Config, SpeedrunPresetsResolveAndValidate) {
+  struct Want {
+    const char* name;
+    int n_layer, bigram_buckets;
+    double budget;
+  };
+  for (const Want& w : {Want{"speedrun-10m", 3, 0, 600}, Want{"speedrun-30m", 4, 0, 1800}}) {
+    RunConfig c = load_config(w.name);
+    EXPECT_NO_THROW(validate(c)) << w.name;
+    EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
+    EXPECT_EQ(c.model.d_model, 192) << w.name;
+    EXPECT_EQ(c.model.seq_len, 256) << w.name;
+    EXPECT_EQ(c.model.bigram_buckets, w.bigram_buckets) << w.name;
+    EXPECT_EQ(c.train.batch_tokens, 4096) << w.name;
+    EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
+  }
 }
 
 TEST(Config, PresetsAreValid) {

@@ -328,9 +328,21 @@ RunConfig preset_speedrun_10m() {
   return c;
 }
 
+// The 30-minute CPU recipe: the 10-minute shape with a fourth layer (three times the tokens favour
+// a larger model: the smaller shape's lead over d4 shrank from 120 s to 600 s), 256-token rows
+// (bench/results/recipe.md); budget 30 minutes.
+RunConfig preset_speedrun_30m() {
+  RunConfig c = preset_speedrun_10m();
+  c.name = "speedrun-30m";
+  c.model.n_layer = 4;
+  c.train.budget_seconds = 1800;
+  return c;
+}
+
 bool find_preset(const std::string& name, RunConfig& out) {
   if (name == "baseline-50m") { out = preset_baseline_50m(); return true; }
   if (name == "speedrun-10m") { out = preset_speedrun_10m(); return true; }
+  if (name == "speedrun-30m") { out = preset_speedrun_30m(); return true; }
   if (name == "server-4h") { out = preset_server_4h(); return true; }
   if (name == "byte-11m") { out = preset_byte_11m(); return true; }
   if (name.size() >= 2 && name[0] == 'd') {
@@ -371,7 +383,7 @@ RunConfig depth_config(int n_layer) {
 }
 
 std::vector<std::string> preset_names() {
-  std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h", "speedrun-10m"};
+  std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h", "speedrun-10m", "speedrun-30m"};
   for (int n = 4; n <= 20; ++n) v.push_back(fmt::format("d{}", n));
   return v;
 }
