@@ -11,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXE = os.environ.get("CLOCKLM", os.path.join(ROOT, "build", "clocklm"))
 DATA = os.environ.get("RECIPE_DATA", os.path.join(ROOT, "data"))      # holds tune-v4096 ...
 RUNS = os.environ.get("RECIPE_RUNS", os.path.join(ROOT, "runs", "recipe"))
+THREADS = int(os.environ.get("RECIPE_THREADS", "2"))  # screen runs only (deterministic: same result)
 VAL_TOKENS_8K = 131072   # tuning-split tokens at vocab 8192; other vocabs get the same byte span
 
 
@@ -20,9 +21,11 @@ def variants():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        body, lever = line.split(";", 1)
+        body, rest = line.split(";", 1)
+        lever, _, shape = rest.partition("@")   # "@ NAME": runs at NAME's measured throughput
         name, vocab, cfg, sets = [x.strip() for x in body.split("|")]
-        out.append(dict(name=name, vocab=int(vocab), config=cfg, sets=sets.split(), lever=lever.strip()))
+        out.append(dict(name=name, vocab=int(vocab), config=cfg, sets=sets.split(), lever=lever.strip(),
+                        shape=shape.strip() or None))
     return out
 
 
@@ -48,7 +51,7 @@ def batch_tokens(v):
 
 def train_cmd(v, out, steps, seed, vt):
     cmd = [EXE, "train", "--config", v["config"], "--data", data_dir(v["vocab"]), "--budget", "0",
-           "--out", out, "--quiet", "--set", "train.threads=2", "--set", "eval_every_seconds=0",
+           "--out", out, "--quiet", "--set", f"train.threads={THREADS}", "--set", "eval_every_seconds=0",
            "--set", "checkpoint_every_seconds=0", "--set", f"val_tokens={vt}",
            "--set", f"max_steps={steps}", "--set", f"train.seed={seed}"]
     for s in v["sets"]:
@@ -135,9 +138,10 @@ def screen(a):
     byname = {v["name"]: v for v in variants()}
     vs = [byname[n] for n in a.only.split(",")] if a.only else variants()
     for v in vs:
-        key = v["name"] if v["name"] in tp else "base"   # same shape as base: same throughput
+        # A variant with the shape of another (only lr or schedule changed) has its throughput.
+        key = v["name"] if v["name"] in tp else (v["shape"] or "base")
         tps = ref * tp[key]["ratio"]
-        bt = tp[key]["batch_tokens"] if v["name"] in tp else batch_tokens(v)
+        bt = tp[key]["batch_tokens"] if key == v["name"] else batch_tokens(v)
         steps = max(1, round(a.budget * tps / bt))
         for seed in [int(x) for x in a.seeds.split(",")]:
             out = os.path.join(RUNS, f"b{a.budget}", f"{v['name']}-s{seed}")
@@ -155,6 +159,25 @@ def screen(a):
                 f.write(json.dumps(row) + "\n")
             print(f"b{a.budget} {v['name']:10s} seed {seed:5d} steps {steps:4d} bpb {s['val_bpb']:.4f} "
                   f"tps {s['tokens_per_second']:.0f} wall {s.get('wall', 0):.0f}s load {os.getloadavg()[0]:.2f}", flush=True)
+
+
+def relate(a):
+    """Adds variants measured in throughput rounds (--tag) to throughput.json at their within-round
+    ratio to a reference shape already there (--to): p90 = p90(to) x median ratio over the rounds."""
+    tp_path = os.path.join(RUNS, "throughput.json")
+    tp = json.load(open(tp_path))
+    rounds = json.load(open(os.path.join(RUNS, f"throughput-rounds{a.tag}.json")))
+    ref = rounds[a.to]["tps"]
+    for n in a.only.split(","):
+        ratios = [x / r for x, r in zip(rounds[n]["tps"], ref)]
+        rel = statistics.median(ratios)
+        p90 = tp[a.to]["p90"] * rel
+        tp[n] = dict(p90=p90, ratio=p90 / tp["base"]["p90"], median=statistics.median(rounds[n]["tps"]),
+                     batch_tokens=rounds[n]["batch_tokens"], steps_measured=len(rounds[n]["tps"]) * rounds[n]["steps"],
+                     note=f"{a.to}'s p90 x the median within-round ratio to {a.to} ({', '.join(f'{x:.3f}' for x in ratios)}; "
+                          f"rounds tag '{a.tag}', {rounds[n]['when']})")
+        print(f"{n:12s} x{rel:.3f} of {a.to} -> p90 {p90:.0f} tok/s, x{tp[n]['ratio']:.3f} of d4")
+    json.dump(tp, open(tp_path, "w"), indent=1)
 
 
 def table(a):
@@ -179,7 +202,8 @@ def table(a):
             bpb = [g[sd]["val_bpb"] for sd in seeds]
             deltas = [g[sd]["val_bpb"] - base[sd]["val_bpb"] for sd in seeds if sd in base]
             r0 = g[seeds[0]]
-            key = n if n in tp else "base"
+            shape = next((v["shape"] for v in variants() if v["name"] == n), None)
+            key = n if n in tp else (shape or "base")
             out.append(dict(budget_s=b, name=n, lever=r0["lever"], config=r0["config"], vocab=r0["vocab"],
                             sets=r0["sets"], seeds=seeds, val_bpb=bpb, val_bpb_mean=statistics.mean(bpb),
                             delta_vs_base=deltas, delta_mean=statistics.mean(deltas) if deltas else None,
@@ -226,7 +250,9 @@ if __name__ == "__main__":
     s = sub.add_parser("screen"); s.add_argument("--budget", type=int, default=180)
     s.add_argument("--seeds", default="1337"); s.add_argument("--only", default="")
     s.add_argument("--ref-tps", type=float, default=0)
+    r = sub.add_parser("relate"); r.add_argument("--tag", required=True); r.add_argument("--to", required=True)
+    r.add_argument("--only", required=True)
     sub.add_parser("summarize"); sub.add_parser("table")
     a = p.parse_args()
     os.makedirs(RUNS, exist_ok=True)
-    {"throughput": throughput, "screen": screen, "summarize": summarize, "table": table}[a.cmd](a)
+    {"throughput": throughput, "screen": screen, "summarize": summarize, "relate": relate, "table": table}[a.cmd](a)
