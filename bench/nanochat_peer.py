@@ -20,9 +20,7 @@
 # Prints one JSON line (steps, tokens, seconds, tokens/s, final loss) and writes PEER.ckpt atomically.
 import argparse
 import json
-import math
 import os
-import random
 import struct
 import subprocess
 import sys
@@ -170,9 +168,7 @@ def main():
     threads = a.threads if a.threads > 0 else (os.cpu_count() or 1)
     torch.set_num_threads(threads)
     torch.manual_seed(a.seed)
-    random.seed(a.seed)
 
-    man = json.load(open(os.path.join(a.data, "manifest.json")))
     vocab = json.load(open(os.path.join(a.data, "tokenizer.json")))["vocab_size"]
     cfg_args = argparse.Namespace(config=a.config, set=[f"vocab_size={vocab}"] + a.set, clocklm=a.clocklm,
                                   optimizer="config", **{k: None for k, _ in torch_peer.ARCH_FLAGS},
