@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/matmul.h"
 #include "core/common.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -82,6 +83,22 @@ TEST(TrainStep, AutoPrecisionFollowsTheDevice) {
   EXPECT_EQ(model.matmul_precision(), resolve_precision("auto", be));
   GPT forced(small_model("fp32"), 1, 8);
   EXPECT_EQ(forced.matmul_precision(), MatPrec::F32);
+}
+
+TEST(TrainStep, Bf16IsChosenOnlyWhenClearlyFaster) {
+  EXPECT_TRUE(prefer_bf16(0.5, 1.0));    // AMX- or Zen-4-like: bf16 twice as fast
+  EXPECT_TRUE(prefer_bf16(0.8, 1.0));    // the 1.25x edge itself
+  EXPECT_FALSE(prefer_bf16(0.9, 1.0));   // near parity: not worth the rounding
+  EXPECT_FALSE(prefer_bf16(1.8, 1.0));   // AVX512_BF16 without AMX under oneDNN 2.6, measured
+  EXPECT_FALSE(prefer_bf16(0.0, 1.0));   // no timing
+  // The probe the CPU backend decides by times both precisions of one gemm.
+  const Bf16Timing t = time_bf16_vs_fp32(64, 32, 16, 2);
+  EXPECT_GT(t.bf16_seconds, 0.0);
+  EXPECT_GT(t.fp32_seconds, 0.0);
+  EXPECT_LT(t.fp32_seconds, 1.0);
+  // Whatever was decided, the backend says which precision `auto` takes.
+  const std::string desc = cpu_backend().description();
+  EXPECT_NE(desc.find(cpu_backend().native_bf16() ? "matmuls in bf16" : "matmuls in fp32"), std::string::npos) << desc;
 }
 
 TEST(TrainStep, DeviceNamesAreChecked) {

@@ -113,6 +113,10 @@ std::vector<std::string> available_backends() {
   return out;
 }
 
+bool prefer_bf16(double bf16_seconds, double fp32_seconds) {
+  return bf16_seconds > 0 && bf16_seconds * 1.25 <= fp32_seconds;
+}
+
 MatPrec resolve_precision(const std::string& setting, const Backend& be) {
   if (setting == "bf16") return MatPrec::BF16;
   if (setting == "fp32") return MatPrec::F32;

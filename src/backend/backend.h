@@ -40,7 +40,8 @@ class Backend {
   virtual std::string description() const = 0;  // the device, its kernels and features, one line
   // True when device pointers are host pointers (the CPU): host code may then read them directly.
   virtual bool host_visible() const = 0;
-  // Whether this device multiplies bf16 natively (faster than fp32); `auto` precision follows it.
+  // Whether bf16 matmuls run faster than fp32 ones on this device (on a CPU whose instruction set
+  // leaves it open, measured once per process by prefer_bf16's rule); `auto` precision follows it.
   virtual bool native_bf16() const = 0;
 
   // ---- memory ----
@@ -189,6 +190,11 @@ std::shared_ptr<Backend> make_backend(const std::string& name = "auto");
 std::vector<std::string> available_backends();
 // The process-wide CPU backend (host-side work and the reference in tests).
 Backend& cpu_backend();
+
+// The rule for choosing bf16 from timings of the same gemm: bf16 must take at most 1/1.25 of fp32's
+// time. A smaller edge is not worth bf16's rounding and its conversions of every matmul input, and
+// a choice near parity could flip between runs on a noisy machine.
+bool prefer_bf16(double bf16_seconds, double fp32_seconds);
 
 // Matmul precision from a config value: "bf16", "fp32", or "auto" (bf16 where the device multiplies
 // bf16 natively, else fp32). Throws Error on anything else.

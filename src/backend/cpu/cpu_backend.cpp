@@ -29,11 +29,28 @@ struct WallTimer : DeviceTimer {
   double stop() override { return now_seconds() - t0; }
 };
 
-bool cpu_multiplies_bf16_natively() {
-  // oneDNN reports the best instruction set it will use; AVX512_BF16 and AMX multiply bf16 in
-  // hardware. Without them oneDNN emulates bf16 and fp32 is several times faster.
+// Whether bf16 matmuls (fp32 accumulation) run faster than fp32 ones on this CPU, which is what
+// `auto` precision asks. Without AVX512_BF16 or AMX oneDNN emulates bf16 and fp32 is several times
+// faster; AMX multiplies bf16 tiles far faster than any fp32 path. AVX512_BF16 alone decides
+// nothing: on one Emerald Rapids guest whose hypervisor hides AMX, oneDNN 2.6 ran bf16 at 171
+// GFLOP/s and fp32 at 312, while a Zen 4 runs bf16 about twice as fast as fp32. There the two are
+// timed on a layer-sized gemm (a few tens of ms, once per process).
+struct Bf16Choice {
+  bool faster = false;
+  double ratio = 0;  // measured fp32 time / bf16 time (0: not measured)
+};
+
+Bf16Choice choose_bf16() {
   const auto isa = dnnl::get_effective_cpu_isa();
-  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  if (isa == dnnl::cpu_isa::avx512_core_amx) return {true, 0};
+  if (isa != dnnl::cpu_isa::avx512_core_bf16) return {false, 0};
+  const Bf16Timing t = time_bf16_vs_fp32(2048, 1024, 256, 3);
+  return {prefer_bf16(t.bf16_seconds, t.fp32_seconds), t.fp32_seconds / t.bf16_seconds};
+}
+
+const Bf16Choice& bf16_choice() {
+  static const Bf16Choice c = choose_bf16();
+  return c;
 }
 
 // Physical memory, or less when the process runs in a container whose cgroup caps it (v2 memory.max,
@@ -55,14 +72,12 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    return fmt::format("cpu ({} threads, oneDNN bf16 {})", default_threads(),
-                       native_bf16() ? "native" : "emulated");
+    const Bf16Choice& c = bf16_choice();
+    const std::string why = c.ratio > 0 ? fmt::format(", measured {:.2f}x fp32", c.ratio) : "";
+    return fmt::format("cpu ({} threads, matmuls in {}{})", default_threads(), c.faster ? "bf16" : "fp32", why);
   }
   bool host_visible() const override { return true; }
-  bool native_bf16() const override {
-    static const bool v = cpu_multiplies_bf16_natively();
-    return v;
-  }
+  bool native_bf16() const override { return bf16_choice().faster; }
 
   size_t memory_capacity() const override {
     static const size_t v = host_memory_bytes();

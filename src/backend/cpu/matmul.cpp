@@ -122,6 +122,30 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   cpu_stream().wait();
 }
 
+Bf16Timing time_bf16_vs_fp32(int64_t M, int64_t N, int64_t K, int reps) {
+  std::vector<float> a32(size_t(M * K)), b32(size_t(N * K)), c(size_t(M * N));
+  Rng rng(11);
+  for (auto& v : a32) v = rng.normal();
+  for (auto& v : b32) v = rng.normal();
+  std::vector<bf16> a16(a32.size()), b16(b32.size());
+  f32_to_bf16(a32.data(), a16.data(), int64_t(a32.size()));
+  f32_to_bf16(b32.data(), b16.data(), int64_t(b32.size()));
+  auto run = [&](MatPrec p) {
+    const double t0 = now_seconds();
+    if (p == MatPrec::BF16) gemm(p, false, true, M, N, K, a16.data(), b16.data(), c.data(), false);
+    else gemm(p, false, true, M, N, K, a32.data(), b32.data(), c.data(), false);
+    return now_seconds() - t0;
+  };
+  run(MatPrec::BF16);  // primitive creation (JIT) and first touch, untimed
+  run(MatPrec::F32);
+  Bf16Timing t{1e30, 1e30};
+  for (int r = 0; r < reps; ++r) {  // alternating, so a burst of load hits both alike
+    t.bf16_seconds = std::min(t.bf16_seconds, run(MatPrec::BF16));
+    t.fp32_seconds = std::min(t.fp32_seconds, run(MatPrec::F32));
+  }
+  return t;
+}
+
 double measure_matmul_ceiling_gflops(int64_t n, int reps) {
   std::vector<bf16> a(n * n), b(n * n);
   std::vector<float> cbuf(n * n);

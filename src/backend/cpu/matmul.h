@@ -20,6 +20,13 @@ void bf16_to_f32(const bf16* x, float* y, int64_t n);
 void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
           const void* B, float* C, bool accumulate);
 
+// Best-of-`reps` seconds of one M x N x K gemm (B transposed, as a linear layer's) in bf16 and in
+// fp32, timed alternately after an untimed run of each.
+struct Bf16Timing {
+  double bf16_seconds, fp32_seconds;
+};
+Bf16Timing time_bf16_vs_fp32(int64_t M, int64_t N, int64_t K, int reps);
+
 // The bf16 matmul ceiling of this machine: GFLOP/s of a large square bf16 gemm (fp32 accumulate),
 // best of `reps` timed runs after one warm-up. Used by `clocklm bench` for the "fraction of
 // ceiling" column.
