@@ -115,8 +115,12 @@ struct GPTImpl {
     return Wb.as<bf16>() + off;
   }
   DType mmt() const { return matmul_dtype(prec); }
-  // Convert an fp32 buffer into a matmul-input buffer (bf16 mode) or copy (fp32 mode).
-  void to_mm(const float* src, float* dst, int64_t n) { be->convert(src, dst, n, mmt()); }
+  // An fp32 buffer as a matmul input: itself in fp32 mode, else its bf16 rounding written to `dst`.
+  const void* mm_input(const float* src, float* dst, int64_t n) {
+    if (prec == MatPrec::F32) return src;
+    be->convert(src, dst, n, mmt());
+    return dst;
+  }
   void refresh_bf16() {
     if (prec == MatPrec::BF16 && bf16_dirty) {
       ProfScope ps(prof, "weights.to_bf16", "fwd", 0, 6.0 * nparams);
@@ -569,14 +573,14 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
                                grad, gscale);
     }
     if (grad) {
-      m.to_mm(m.logits, m.logits_mm, nr * Vp);
+      const void* dlogits = m.mm_input(m.logits, m.logits_mm, nr * Vp);
       {
         PROF("matmul.head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + int64_t(Vp) * d) + 4.0 * nr * d);
-        be.linear_bwd_input(m.prec, m.logits_mm, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
+        be.linear_bwd_input(m.prec, dlogits, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
       }
       {
         PROF("matmul.head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
-        be.linear_bwd_weight(m.prec, m.logits_mm, xin, m.head_dw, nr, d, Vp);
+        be.linear_bwd_weight(m.prec, dlogits, xin, m.head_dw, nr, d, Vp);
       }
     }
   }
@@ -607,16 +611,16 @@ void GPT::backward(float loss_scale) {
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
   float* G = m.G.as<float>();
   // Backward of y = x W^T (x: [N, in] in matmul precision, W at G/P offset w_off: [out, in]) from
-  // dy in m.dmm: dW += dy^T x, then m.dtmp = dy W. Each half is timed as its own op.
-  auto matmul_bwd = [&](const char* dw_name, const char* dx_name, const void* x_mm, int64_t w_off, int in,
-                        int out) {
+  // dy (matmul precision): dW += dy^T x, then m.dtmp = dy W. Each half is timed as its own op.
+  auto matmul_bwd = [&](const char* dw_name, const char* dx_name, const void* dy, const void* x_mm,
+                        int64_t w_off, int in, int out) {
     {
       PROF(dw_name, "bwd", 2.0 * N * in * out, mmb * N * (in + out) + 8.0 * in * out);
-      be.linear_bwd_weight(prec, m.dmm, x_mm, G + w_off, N, in, out);
+      be.linear_bwd_weight(prec, dy, x_mm, G + w_off, N, in, out);
     }
     {
       PROF(dx_name, "bwd", 2.0 * N * in * out, mmb * (N * out + int64_t(in) * out) + 4.0 * N * in);
-      be.linear_bwd_input(prec, m.dmm, m.w(w_off), m.dtmp, N, in, out, false);
+      be.linear_bwd_input(prec, dy, m.w(w_off), m.dtmp, N, in, out, false);
     }
   };
   {
@@ -633,20 +637,19 @@ void GPT::backward(float loss_scale) {
     LayerAct& a = m.la[l];
     const LayerOff& lo = m.loff[l];
     // ---- MLP branch: xout = mid + W_out act(W_in norm(mid)) ----
-    m.to_mm(m.dres, m.dmm, N * d);
-    matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", a.act_mm, lo.w_out, Hd, d);
+    matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", m.mm_input(m.dres, m.dmm, N * d), a.act_mm, lo.w_out, Hd,
+               d);
     {
       PROF("activation", "bwd", 12.0 * N * Hd, (4.0 * hw * 2 + 4.0 * Hd) * N);
       be.activation_bwd(m.act, a.h, m.dtmp, m.dmm, mmt, N, Hd);
     }
-    matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", a.ln2_mm, lo.w_in, d, hw);
+    matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", m.dmm, a.ln2_mm, lo.w_in, d, hw);
     {
       PROF("rmsnorm.mlp", "bwd", 8.0 * N * d, 16.0 * N * d);
       be.rmsnorm_bwd(a.mid, m.pp(lo.mlp_g), a.ln2_rstd, m.dtmp, m.dres, m.gp(lo.mlp_g), N, d);
     }
     // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
-    m.to_mm(m.dres, m.dmm, N * d);
-    matmul_bwd("matmul.wo.dw", "matmul.wo.dx", a.att_mm, lo.wo, qw, d);
+    matmul_bwd("matmul.wo.dw", "matmul.wo.dx", m.mm_input(m.dres, m.dmm, N * d), a.att_mm, lo.wo, qw, d);
     {
       PROF("attention", "bwd", 5.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (4 * qw + 4 * kvw));
       be.split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
@@ -658,7 +661,7 @@ void GPT::backward(float loss_scale) {
                        m.gp(lo.qn_g), m.gp(lo.kn_g), B, T, H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t,
                        m.dmm, mmt);
     }
-    matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", a.ln1_mm, lo.wqkv, d, qkvw);
+    matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", m.dmm, a.ln1_mm, lo.wqkv, d, qkvw);
     {
       PROF("rmsnorm.attn", "bwd", 8.0 * N * d, 16.0 * N * d);
       be.rmsnorm_bwd(a.x, m.pp(lo.attn_g), a.ln1_rstd, m.dtmp, m.dres, m.gp(lo.attn_g), N, d);
