@@ -1164,17 +1164,17 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
 
 // float64 reference of the Newton-Schulz quintic: X = G / ||G||_F on the short side (transposed
 // when rows > cols), then `steps` times X <- a X + (b A + c A^2) X with A = X X^T.
-static VecD ns_ref(const VecF& G, int64_t rows, int64_t cols, int steps) {
-  const double ca = 3.4445, cb = -4.7750, cc = 2.0315;
+static VecD ns_ref(const VecF& G, int64_t rows, int64_t cols, const NsSchedule& sched) {
   const bool tr = rows > cols;
   const int64_t a = tr ? cols : rows, bl = tr ? rows : cols;
   double ss = 0;
   for (float v : G) ss += double(v) * v;
-  const double inv = 1.0 / std::sqrt(ss);
+  const double inv = 1.0 / (std::sqrt(ss) * sched.norm_margin);
   VecD X(a * bl), A(a * a), Bm(a * a), Y(a * bl);
   for (int64_t i = 0; i < a; ++i)
     for (int64_t j = 0; j < bl; ++j) X[i * bl + j] = (tr ? G[j * cols + i] : G[i * cols + j]) * inv;
-  for (int s = 0; s < steps; ++s) {
+  for (const NsStep& k : sched.steps) {
+    const double ca = k.a, cb = k.b, cc = k.c;
     for (int64_t i = 0; i < a; ++i)
       for (int64_t j = 0; j <= i; ++j) {
         double acc = 0;
@@ -1206,17 +1206,17 @@ static VecD ns_ref(const VecF& G, int64_t rows, int64_t cols, int steps) {
 
 // The largest element error relative to the largest element of the reference (max_tol), and the
 // Frobenius norm of the error relative to that of the reference (frob_tol).
-static void ns_case(Backend& be, int64_t rows, int64_t cols, int steps, MatPrec prec, double max_tol,
-                    double frob_tol, bool in_place) {
-  SCOPED_TRACE(testing::Message() << rows << "x" << cols << " steps " << steps << " "
+static void ns_case(Backend& be, int64_t rows, int64_t cols, const NsSchedule& sched, MatPrec prec,
+                    double max_tol, double frob_tol, bool in_place) {
+  SCOPED_TRACE(testing::Message() << rows << "x" << cols << " steps " << sched.steps.size() << " "
                                   << prec_name(prec) << (in_place ? " in place" : ""));
   VecF G = randn(rows * cols, 171 + rows + cols);
   Dev<float> gd(be, G);
   Dev<float> od = nan_out(be, G.size());
   float* out = in_place ? gd.p() : od.p();
-  be.newton_schulz(gd.p(), out, rows, cols, steps, prec);
+  be.newton_schulz(gd.p(), out, rows, cols, sched, prec);
   VecF got = in_place ? gd.get() : od.get();
-  VecD ref = ns_ref(G, rows, cols, steps);
+  VecD ref = ns_ref(G, rows, cols, sched);
   double mref = 0, e2 = 0, r2 = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     mref = std::max(mref, std::abs(ref[i]));
@@ -1234,10 +1234,21 @@ static void ns_case(Backend& be, int64_t rows, int64_t cols, int steps, MatPrec 
 TEST_P(BackendOps, NewtonSchulzFp32) {
   // fp32 matmuls: ~1e-7 rounding per step, amplified by the iteration (the quintic's slope at 0 is
   // 3.4), ends near 3e-6 of the largest element and 2e-6 in Frobenius norm: bounds 2e-5 and 1e-5.
+  const NsSchedule q5 = NsSchedule::quintic(5);
   for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}, {33, 33}, {136, 300}, {300, 136}})
-    ns_case(be(), r, c, 5, MatPrec::F32, 2e-5, 1e-5, false);
-  ns_case(be(), 136, 300, 2, MatPrec::F32, 2e-5, 1e-5, true);
-  ns_case(be(), 20, 12, 5, MatPrec::F32, 2e-5, 1e-5, true);
+    ns_case(be(), r, c, q5, MatPrec::F32, 2e-5, 1e-5, false);
+  ns_case(be(), 136, 300, NsSchedule::quintic(2), MatPrec::F32, 2e-5, 1e-5, true);
+  ns_case(be(), 20, 12, q5, MatPrec::F32, 2e-5, 1e-5, true);
+}
+
+TEST_P(BackendOps, NewtonSchulzPolarExpressFp32) {
+  // Per-step coefficients and the normalisation margin: Polar Express's first step has a slope of
+  // 8.2 at 0 (the quintic's 3.4), so rounding is amplified more; bounds 1e-4 and 5e-5 still
+  // separate a wrong coefficient or margin (each moves the result by over 1e-2).
+  const NsSchedule pe = NsSchedule::polar_express(5);
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}, {136, 300}, {300, 136}})
+    ns_case(be(), r, c, pe, MatPrec::F32, 1e-4, 5e-5, false);
+  ns_case(be(), 300, 136, NsSchedule::polar_express(7), MatPrec::F32, 1e-4, 5e-5, true);
 }
 
 TEST_P(BackendOps, NewtonSchulzBf16) {
@@ -1245,9 +1256,10 @@ TEST_P(BackendOps, NewtonSchulzBf16) {
   // amplified by the iteration: ~3e-2 of the largest element, ~2e-2 in Frobenius norm. Bounds 6e-2
   // and 4e-2 leave room for rounding at other points of the step. (A backend may run small
   // matrices in fp32 anyway, which passes too.)
+  const NsSchedule q5 = NsSchedule::quintic(5);
   for (auto [r, c] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}, {136, 300}, {300, 136}})
-    ns_case(be(), r, c, 5, MatPrec::BF16, 6e-2, 4e-2, false);
-  ns_case(be(), 300, 136, 5, MatPrec::BF16, 6e-2, 4e-2, true);
+    ns_case(be(), r, c, q5, MatPrec::BF16, 6e-2, 4e-2, false);
+  ns_case(be(), 300, 136, q5, MatPrec::BF16, 6e-2, 4e-2, true);
 }
 
 TEST_P(BackendOps, NewtonSchulzZeroMatrix) {
@@ -1258,7 +1270,7 @@ TEST_P(BackendOps, NewtonSchulzZeroMatrix) {
       SCOPED_TRACE(testing::Message() << r << "x" << c << " " << prec_name(p));
       Dev<float> g(be(), VecF(r * c, 0.0f));
       Dev<float> o = nan_out(be(), r * c);
-      be().newton_schulz(g.p(), o.p(), r, c, 5, p);
+      be().newton_schulz(g.p(), o.p(), r, c, NsSchedule::quintic(5), p);
       for (float v : o.get()) ASSERT_EQ(v, 0.0f);
     }
 }

@@ -2,6 +2,8 @@
 // backend selection by name (--device) and the resolution of the `auto` matmul precision.
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "backend/cuda/device.h"
 #include "core/common.h"
 
@@ -111,6 +113,32 @@ std::vector<std::string> available_backends() {
     for (const CudaDeviceInfo& d : cuda_devices())
       if (d.cc_major >= kCudaMinMajor) out.push_back(fmt::format("cuda:{}", d.index));
   return out;
+}
+
+NsSchedule NsSchedule::quintic(int steps) {
+  NsSchedule s;
+  s.steps.assign(size_t(std::max(steps, 0)), NsStep{3.4445f, -4.7750f, 2.0315f});
+  return s;
+}
+
+NsSchedule NsSchedule::polar_express(int steps) {
+  static constexpr NsStep kPolar[5] = {
+      {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+      {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+      {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+      {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+      {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f},
+  };
+  NsSchedule s;
+  s.norm_margin = 1.02f;
+  for (int i = 0; i < steps; ++i) s.steps.push_back(kPolar[std::min(i, 4)]);
+  return s;
+}
+
+NsSchedule ns_schedule(const std::string& name, int steps) {
+  if (name == "quintic") return NsSchedule::quintic(steps);
+  if (name == "polar") return NsSchedule::polar_express(steps);
+  fail("Newton-Schulz coefficients '{}' are unknown (quintic, polar)", name);
 }
 
 bool prefer_bf16(double bf16_seconds, double fp32_seconds) {

@@ -21,6 +21,24 @@
 namespace clm {
 
 enum class Activation { ReLU2, GELU, SwiGLU };
+
+// Muon's orthogonalisation as a schedule of Newton-Schulz steps. Each step is
+// X <- a X + (b A + c A^2) X with A = X X^T, after X0 = G / (||G||_F * norm_margin + 1e-7).
+struct NsStep {
+  float a, b, c;
+};
+struct NsSchedule {
+  std::vector<NsStep> steps;
+  float norm_margin = 1.0f;
+  // Muon's original quintic: the same (3.4445, -4.7750, 2.0315) at every step.
+  static NsSchedule quintic(int steps);
+  // Polar Express (Amsel et al., 2025): coefficients chosen per step for the fastest worst-case
+  // convergence of singular values in (0, 1] towards 1, with the 2% margin on the normalisation
+  // that modded-nanogpt uses; steps past the fifth repeat the fifth.
+  static NsSchedule polar_express(int steps);
+};
+// optim.*.ns_coeffs: "quintic" | "polar"; throws Error on anything else.
+NsSchedule ns_schedule(const std::string& name, int steps);
 Activation activation_from_name(const std::string& name);  // relu2 | gelu | swiglu; throws Error
 
 // Device time of an interval: wall time on the CPU, CUDA events on a GPU. stop() waits for the
@@ -143,9 +161,10 @@ class Backend {
                              float mu, bool nesterov) = 0;
   virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
                           float wd) = 0;
-  // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias); matmuls in `prec`.
-  virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
-                             MatPrec prec) = 0;
+  // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; matmuls in
+  // `prec`.
+  virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols,
+                             const NsSchedule& sched, MatPrec prec) = 0;
 };
 
 // A typed view of device memory: the pointer, its dtype and shape, and the backend that owns it.

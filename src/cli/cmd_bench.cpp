@@ -287,7 +287,7 @@ void run_bench_attention(const AttnArgs& a) {
 }
 
 struct NsArgs {
-  std::string device = "auto", precision = "auto";
+  std::string device = "auto", precision = "auto", coeffs = "quintic";
   int64_t rows = 512, cols = 2048;
   int steps = 5, reps = 5, threads = 0;
   bool json = false;
@@ -300,6 +300,7 @@ void run_bench_ns(const NsArgs& a) {
   omp_set_num_threads(threads);
   std::shared_ptr<Backend> be = make_backend(a.device);
   const MatPrec prec = resolve_precision(a.precision, *be);
+  const NsSchedule sched = ns_schedule(a.coeffs, a.steps);
   const int64_t n = a.rows * a.cols;
   DeviceBuffer g(*be, size_t(n) * 4), out(*be, size_t(n) * 4);
   std::vector<float> host(static_cast<size_t>(n));
@@ -307,11 +308,11 @@ void run_bench_ns(const NsArgs& a) {
   for (float& v : host) v = rng.normal();
   be->to_device(g.as<float>(), host.data(), host.size() * 4);
   auto timer = be->timer();
-  be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, a.steps, prec);  // warm-up
+  be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, sched, prec);  // warm-up
   double best = 1e30, sum = 0;
   for (int r = 0; r < a.reps; ++r) {
     timer->start();
-    be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, a.steps, prec);
+    be->newton_schulz(g.as<float>(), out.as<float>(), a.rows, a.cols, sched, prec);
     double dt = timer->stop();
     best = std::min(best, dt);
     sum += dt;
@@ -383,6 +384,7 @@ void register_bench_commands(CLI::App& app) {
   ns->add_option("--cols", na->cols, "matrix columns")->capture_default_str();
   ns->add_option("--steps", na->steps, "iterations")->capture_default_str();
   ns->add_option("--precision", na->precision, "auto | bf16 | fp32")->capture_default_str();
+  ns->add_option("--coeffs", na->coeffs, "quintic | polar")->capture_default_str();
   ns->add_option("--reps", na->reps, "timed repetitions")->capture_default_str();
   ns->add_option("--threads", na->threads, "worker threads (0 = default)");
   ns->add_option("--device", na->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();

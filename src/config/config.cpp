@@ -34,6 +34,7 @@ void add_group(std::vector<Field>& f, const std::string& prefix, OptimGroup& g) 
   f.push_back({prefix + ".nesterov", &g.nesterov});
   f.push_back({prefix + ".ns_steps", &g.ns_steps});
   f.push_back({prefix + ".ns_precision", &g.ns_precision});
+  f.push_back({prefix + ".ns_coeffs", &g.ns_coeffs});
   f.push_back({prefix + ".weight_decay", &g.weight_decay});
 }
 
@@ -515,6 +516,8 @@ void validate(const RunConfig& c) {
     if (!(g.eps > 0)) fail("optim.{}.eps must be > 0, got {}", name, g.eps);
     if (!(g.momentum >= 0 && g.momentum < 1)) fail("optim.{}.momentum must be in [0, 1), got {}", name, g.momentum);
     if (g.ns_steps < 1 || g.ns_steps > 20) fail("optim.{}.ns_steps must be in [1, 20], got {}", name, g.ns_steps);
+    if (g.ns_coeffs != "quintic" && g.ns_coeffs != "polar")
+      fail("optim.{}.ns_coeffs '{}' is unknown (quintic, polar)", name, g.ns_coeffs);
     if (!(g.weight_decay >= 0)) fail("optim.{}.weight_decay must be >= 0, got {}", name, g.weight_decay);
   };
   check_group("matrix", c.optim.matrix);

@@ -93,6 +93,7 @@ struct OptimizerImpl {
   Backend* be = nullptr;
   OptimConfig cfg;
   MatPrec ns_prec[4] = {MatPrec::BF16, MatPrec::BF16, MatPrec::BF16, MatPrec::BF16};
+  NsSchedule ns_sched[4];          // Muon groups' Newton-Schulz coefficients
   const OptimGroup* groups[4];
   std::vector<OptState> states;
   DeviceBuffer storage;            // all moments, one device allocation
@@ -138,7 +139,10 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
   if (params.empty()) fail("optimizer: the model has no parameters");
   s.be = params.front().backend;
   if (!s.be) fail("optimizer: parameter '{}' is not on a device", params.front().name);
-  for (int gi = 0; gi < 4; ++gi) s.ns_prec[gi] = resolve_precision(s.groups[gi]->ns_precision, *s.be);
+  for (int gi = 0; gi < 4; ++gi) {
+    s.ns_prec[gi] = resolve_precision(s.groups[gi]->ns_precision, *s.be);
+    s.ns_sched[gi] = ns_schedule(s.groups[gi]->ns_coeffs, s.groups[gi]->ns_steps);
+  }
   int64_t total = 0, max_muon = 0;
   for (Param& p : params) {
     if (p.backend != s.be) fail("optimizer: parameter '{}' is on another device", p.name);
@@ -268,16 +272,16 @@ std::string Optimizer::group_of(const std::string& param_name) const {
 
 void Optimizer::warmup() {
   OptimizerImpl& s = *impl;
-  std::vector<std::tuple<int64_t, int64_t, int, MatPrec>> done;
+  std::vector<std::tuple<int64_t, int64_t, int, std::string, MatPrec>> done;
   for (const OptState& st : s.states) {
     if (!st.muon || !st.owned) continue;
     const OptimGroup& g = *s.groups[st.group];
-    auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, s.ns_prec[st.group]);
+    auto key = std::make_tuple(st.rows, st.cols, g.ns_steps, g.ns_coeffs, s.ns_prec[st.group]);
     if (std::find(done.begin(), done.end(), key) != done.end()) continue;
     done.push_back(key);
     s.be->zero(s.scratch_u.as<float>(), sizeof(float) * st.n);
-    s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, g.ns_steps,
-                        s.ns_prec[st.group]);
+    s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols,
+                        s.ns_sched[st.group], s.ns_prec[st.group]);
   }
 }
 
@@ -348,7 +352,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
           const MatPrec np = s.ns_prec[gi];
           double bytes = (np == MatPrec::BF16 ? 2.0 : 4.0) * g.ns_steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * st.n;
           ProfScope ps(s.prof, "muon.newton_schulz", "optim", ns_flops(st.rows, st.cols, g.ns_steps), bytes);
-          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, g.ns_steps, np);
+          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, s.ns_sched[gi], np);
         }
         {
           ProfScope ps(s.prof, "muon.apply", "optim", 3.0 * double(st.n), 4.0 * 3.0 * double(st.n));

@@ -12,6 +12,9 @@ struct OptimGroup {            // hyper-parameters of one parameter group
   float momentum = 0.95f;      // muon
   bool nesterov = true;        // muon
   int ns_steps = 5;            // muon Newton-Schulz iterations
+  // muon: Newton-Schulz coefficients, quintic (Muon's, the same every step) | polar (Polar
+  // Express: per-step coefficients that orthogonalise further in the same steps)
+  std::string ns_coeffs = "quintic";
   float weight_decay = 0.0f;
   // muon: Newton-Schulz matmul inputs, auto | bf16 | fp32 (fp32 accumulation either way); auto
   // follows the device as model.matmul_precision does.

@@ -210,10 +210,10 @@ class CpuBackend final : public Backend {
   void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) override {
     clm::muon_apply(p, o, n, lr, scale, wd);
   }
-  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
+  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {
     std::lock_guard<std::mutex> lock(ns_mu_);
-    ns_.run(G, out, rows, cols, steps, prec == MatPrec::BF16);
+    ns_.run(G, out, rows, cols, sched, prec == MatPrec::BF16);
   }
 
  private:

@@ -94,15 +94,15 @@ static void small_matmul(const float* A, const float* Bm, float* C, int64_t M, i
 }
 
 static void small_newton_schulz(std::vector<float>& X, std::vector<float>& Y, std::vector<float>& A,
-                                std::vector<float>& B, int64_t a, int64_t b, int steps) {
+                                std::vector<float>& B, int64_t a, int64_t b, const NsSchedule& sched) {
   Y.resize(X.size());
   B.resize(A.size());
-  for (int it = 0; it < steps; ++it) {
+  for (const NsStep& k : sched.steps) {
     small_matmul(X.data(), X.data(), A.data(), a, b, a, true, 1.0f, 0.0f);
     std::copy(A.begin(), A.end(), B.begin());
-    small_matmul(A.data(), A.data(), B.data(), a, a, a, false, kNsC, kNsB);
+    small_matmul(A.data(), A.data(), B.data(), a, a, a, false, k.c, k.b);
     std::copy(X.begin(), X.end(), Y.begin());
-    small_matmul(B.data(), X.data(), Y.data(), a, a, b, false, 1.0f, kNsA);
+    small_matmul(B.data(), X.data(), Y.data(), a, a, b, false, 1.0f, k.a);
     std::swap(X, Y);
   }
 }
@@ -117,7 +117,8 @@ double NewtonSchulz::flops(int64_t rows, int64_t cols, int steps) {
   return steps * (4.0 * a * a * b + 2.0 * a * a * a);
 }
 
-void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, int steps, bool bf16) {
+void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
+                       bool bf16) {
   NewtonSchulzImpl& s = *impl;
   // Without bf16 matmuls in oneDNN (CPUs without AVX-512) the iteration runs in fp32: widening bf16
   // copies back to fp32 would cost the same and only lose precision.
@@ -126,9 +127,10 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
   const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
   s.X.resize(n);
   s.A.resize(a * a);
-  // Normalise by the Frobenius norm so every singular value starts in (0, 1].
+  // Normalise by the Frobenius norm (times the schedule's margin) so every singular value starts in
+  // (0, 1].
   double ss = sum_squares(G, n);
-  const float inv = float(1.0 / (std::sqrt(ss) + 1e-7));
+  const float inv = float(1.0 / (std::sqrt(ss) * sched.norm_margin + 1e-7));
   if (tr) {
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
     for (int64_t i = 0; i < a; ++i)
@@ -138,27 +140,27 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, i
     for (int64_t i = 0; i < n; ++i) s.X[i] = G[i] * inv;
   }
   if (a * a * b <= kSmallNs) {
-    small_newton_schulz(s.X, s.Y, s.A, s.B, a, b, steps);
+    small_newton_schulz(s.X, s.Y, s.A, s.B, a, b, sched);
   } else if (bf16) {
     s.Xh.resize(n);
     s.Ah.resize(a * a);
-    for (int it = 0; it < steps; ++it) {
+    for (const NsStep& k : sched.steps) {
       f32_to_bf16(s.X.data(), s.Xh.data(), n);
       s.matmul(s.Xh.data(), s.Xh.data(), s.A.data(), a, b, a, true, 1.0f, 0.0f, true);        // A = X X^T
       f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
-      s.matmul(s.Ah.data(), s.Ah.data(), s.A.data(), a, a, a, false, kNsC, kNsB, true);      // A = cAA + bA
+      s.matmul(s.Ah.data(), s.Ah.data(), s.A.data(), a, a, a, false, k.c, k.b, true);        // A = cAA + bA
       f32_to_bf16(s.A.data(), s.Ah.data(), a * a);
-      s.matmul(s.Ah.data(), s.Xh.data(), s.X.data(), a, a, b, false, 1.0f, kNsA, true);      // X = AX + aX
+      s.matmul(s.Ah.data(), s.Xh.data(), s.X.data(), a, a, b, false, 1.0f, k.a, true);       // X = AX + aX
     }
   } else {
     s.Y.resize(n);
     s.B.resize(a * a);
-    for (int it = 0; it < steps; ++it) {
+    for (const NsStep& k : sched.steps) {
       s.matmul(s.X.data(), s.X.data(), s.A.data(), a, b, a, true, 1.0f, 0.0f, false);
       std::memcpy(s.B.data(), s.A.data(), sizeof(float) * a * a);
-      s.matmul(s.A.data(), s.A.data(), s.B.data(), a, a, a, false, kNsC, kNsB, false);
+      s.matmul(s.A.data(), s.A.data(), s.B.data(), a, a, a, false, k.c, k.b, false);
       std::memcpy(s.Y.data(), s.X.data(), sizeof(float) * n);
-      s.matmul(s.B.data(), s.X.data(), s.Y.data(), a, a, b, false, 1.0f, kNsA, false);
+      s.matmul(s.B.data(), s.X.data(), s.Y.data(), a, a, b, false, 1.0f, k.a, false);
       std::swap(s.X, s.Y);
     }
   }

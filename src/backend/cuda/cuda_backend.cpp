@@ -22,7 +22,6 @@
 #include <utility>
 
 #include "backend/backend.h"
-#include "backend/cpu/newton_schulz.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
 #include "core/common.h"
@@ -372,11 +371,12 @@ class CudaBackend final : public Backend {
     launched("muon_apply");
   }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work
-  // on the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X. bf16 precision rounds
+  // on the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X with that step's
+  // coefficients from the schedule. bf16 precision rounds
   // the matmul inputs (X and A) to bf16 and keeps the fp32 state; small matrices (a^2 b <=
   // 128*128*256) run in fp32 whatever the precision, as on the CPU. Everything stays on the device:
   // the norm goes from the sum of squares to the scaling kernel without a host round trip.
-  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, int steps,
+  void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {
     use();
     std::lock_guard<std::mutex> lock(ns_mu_);
@@ -390,24 +390,24 @@ class CudaBackend final : public Backend {
     float* Bm = ns_buf(3, size_t(a * a) * 4);
     double* ss = reinterpret_cast<double*>(ns_buf(4, 8));
     cuda::sum_squares(st_, G, n, ss, scratch(cuda::sum_squares_scratch(n)));
-    cuda::ns_load(st_, G, X, rows, cols, tr, ss);
+    cuda::ns_load(st_, G, X, rows, cols, tr, ss, sched.norm_margin);
     launched("newton_schulz");
     if (half) {
       auto* Xh = reinterpret_cast<bf16*>(ns_buf(5, size_t(n) * 2));
       auto* Ah = reinterpret_cast<bf16*>(ns_buf(6, size_t(a * a) * 2));
-      for (int it = 0; it < steps; ++it) {
+      for (const NsStep& k : sched.steps) {
         cuda::f32_to_bf16(st_, X, Xh, n);
         matmul(MatPrec::BF16, false, true, a, a, b, Xh, Xh, A, A, 1.0f, 0.0f);  // A = X X^T
         cuda::f32_to_bf16(st_, A, Ah, a * a);
-        matmul(MatPrec::BF16, false, false, a, a, a, Ah, Ah, A, A, kNsC, kNsB);  // A = cAA + bA
+        matmul(MatPrec::BF16, false, false, a, a, a, Ah, Ah, A, A, k.c, k.b);  // A = cAA + bA
         cuda::f32_to_bf16(st_, A, Ah, a * a);
-        matmul(MatPrec::BF16, false, false, a, b, a, Ah, Xh, X, X, 1.0f, kNsA);  // X = AX + aX
+        matmul(MatPrec::BF16, false, false, a, b, a, Ah, Xh, X, X, 1.0f, k.a);  // X = AX + aX
       }
     } else {
-      for (int it = 0; it < steps; ++it) {
+      for (const NsStep& k : sched.steps) {
         matmul(MatPrec::F32, false, true, a, a, b, X, X, A, A, 1.0f, 0.0f);
-        matmul(MatPrec::F32, false, false, a, a, a, A, A, A, Bm, kNsC, kNsB);
-        matmul(MatPrec::F32, false, false, a, b, a, Bm, X, X, Y, 1.0f, kNsA);
+        matmul(MatPrec::F32, false, false, a, a, a, A, A, A, Bm, k.c, k.b);
+        matmul(MatPrec::F32, false, false, a, b, a, Bm, X, X, Y, 1.0f, k.a);
         std::swap(X, Y);
       }
     }

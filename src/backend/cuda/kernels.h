@@ -86,10 +86,10 @@ void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int
 void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step);
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
 void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);
-// Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times 1/(sqrt(*ss)+1e-7);
-// out = X or X^T back in G's shape.
+// Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times
+// 1/(sqrt(*ss) * margin + 1e-7); out = X or X^T back in G's shape.
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
-             const double* ss);
+             const double* ss, float margin);
 void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr);
 
 }  // namespace clm::cuda

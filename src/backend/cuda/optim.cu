@@ -69,8 +69,8 @@ __global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
 
 // X[i][j] (a x b) = (tr ? G[j][i] : G[i][j]) * inv, inv = 1/(sqrt(ss) + 1e-7) as the CPU forms it.
 __global__ void ns_load_k(const float* G, float* X, int64_t rows, int64_t cols, bool tr,
-                          const double* ss) {
-  const float inv = float(1.0 / (sqrt(*ss) + 1e-7));
+                          const double* ss, float margin) {
+  const float inv = float(1.0 / (sqrt(*ss) * margin + 1e-7));
   const int64_t b = tr ? rows : cols;
   CLM_GRID_STRIDE(idx, rows * cols) {
     const int64_t i = idx / b, j = idx - i * b;
@@ -130,9 +130,9 @@ void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n) {
 }
 
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
-             const double* ss) {
+             const double* ss, float margin) {
   if (rows * cols > 0)
-    ns_load_k<<<grid_for(rows * cols), kThreads, 0, st>>>(G, X, rows, cols, tr, ss);
+    ns_load_k<<<grid_for(rows * cols), kThreads, 0, st>>>(G, X, rows, cols, tr, ss, margin);
 }
 
 void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr) {
