@@ -116,9 +116,9 @@ static void whole_model_gradcheck(ModelConfig c) {
   GPT m(c, B, T);
   m.set_matmul_precision(MatPrec::F32);
   m.init_weights(11);
-  for (auto& p : m.params())  // the bigram table starts at zero; give it values
-    if (p.name == "bigram_embed") {
-      Rng r(14);
+  for (auto& p : m.params())  // the bigram and value embedding tables start at zero; give them values
+    if (p.name == "bigram_embed" || p.name.ends_with(".value_embed")) {
+      Rng r(14 + p.numel());
       for (int64_t i = 0; i < p.numel(); ++i) p.data[i] = 0.3f * r.normal();
       m.weights_changed();
     }
@@ -135,6 +135,10 @@ static void whole_model_gradcheck(ModelConfig c) {
       int64_t i = int64_t(pick.next() % uint64_t(p.numel()));
       if ((p.name == "wte" || p.name == "lm_head") && i >= int64_t(c.vocab_size) * c.d_model)
         i %= int64_t(c.vocab_size) * c.d_model;
+      if (p.name.ends_with(".value_embed")) {  // a row of a token the inputs use (others get no gradient)
+        const int64_t w = p.shape[1];
+        i = int64_t(in[size_t(i / w) % in.size()]) * w + i % w;
+      }
       float old = p.data[i];
       float h = 2e-3f;
       p.data[i] = old + h;
@@ -174,6 +178,44 @@ TEST(GPT, GradientCheckBigramEmbedding) {
   ModelConfig c = tiny("relu2");
   c.bigram_buckets = 5;  // few rows, so every sampled row is used by the 14 positions
   whole_model_gradcheck(c);
+}
+
+TEST(GPT, GradientCheckValueEmbeddings) {
+  ModelConfig c = tiny("relu2");  // grouped-query: value rows are n_kv_head * head_dim = 16 wide
+  c.value_embeds = 2;             // both blocks
+  whole_model_gradcheck(c);
+  c = tiny("swiglu");
+  c.n_layer = 3;
+  c.n_kv_head = 4;
+  c.value_embeds = 1;             // the last block only
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, ValueEmbeddingShapeCountAndStart) {
+  ModelConfig c = tiny();
+  c.n_layer = 3;
+  c.value_embeds = 2;
+  GPT m(c, 2, 8);
+  std::vector<std::string> names;
+  for (auto& p : m.params())
+    if (p.name.ends_with(".value_embed")) {
+      names.push_back(p.name);
+      EXPECT_EQ(p.kind, ParamKind::Embedding);  // trained with the embeddings' optimizer group
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{64, 2 * 8}));  // padded vocab x kv width
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"blocks.1.attn.value_embed", "blocks.2.attn.value_embed"}));
+  EXPECT_EQ(count_params(c).total(), m.num_params());
+  // Zero at the start: the model computes what the same model without the tables computes.
+  c.value_embeds = 0;
+  GPT plain(c, 2, 8);
+  m.init_weights(3);
+  plain.init_weights(3);
+  auto in = tokens(16, c.vocab_size, 1), tg = tokens(16, c.vocab_size, 2);
+  EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
+  c.value_embeds = 4;  // more than the blocks
+  EXPECT_THROW(GPT(c, 1, 4), Error);
+  c.value_embeds = -1;
+  EXPECT_THROW(GPT(c, 1, 4), Error);
 }
 
 TEST(GPT, BigramEmbeddingShapeCountAndStart) {

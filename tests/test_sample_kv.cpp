@@ -30,11 +30,12 @@ ModelConfig tiny_config(const std::string& act = "relu2", bool gain = false) {
   return c;
 }
 
-// Gives a bigram table (model.bigram_buckets) values: init_weights starts it at zero, where a wrong
-// previous token would change nothing.
-void fill_bigram(GPT& m, uint64_t seed) {
+// Gives the bigram table (model.bigram_buckets) and value embeddings (model.value_embeds) values:
+// init_weights starts them at zero, where a wrong previous token or a missing value row would change
+// nothing.
+void fill_zero_start_tables(GPT& m, uint64_t seed) {
   for (auto& p : m.params())
-    if (p.name == "bigram_embed") {
+    if (p.name == "bigram_embed" || p.name.ends_with(".value_embed")) {
       Rng r(seed);
       std::vector<float> h(size_t(p.numel()));
       for (float& x : h) x = 0.5f * r.normal();
@@ -56,9 +57,10 @@ TEST(SampleKV, GreedyWithCacheEqualsRecomputation) {
     for (const char* act : {"relu2", "swiglu"}) {
       ModelConfig c = tiny_config(act, std::string(act) == "swiglu");
       c.bigram_buckets = std::string(act) == "swiglu" ? 11 : 0;  // each appended token pairs with the last
+      c.value_embeds = std::string(act) == "swiglu" ? 0 : 2;
       GPT model(c, 1, c.seq_len);
       model.init_weights(3);
-      fill_bigram(model, 4);
+      fill_zero_start_tables(model, 4);
       model.set_matmul_precision(prec);
       model.set_grad_enabled(false);
       SampleOptions o;
@@ -99,10 +101,11 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   SCOPED_TRACE(::testing::Message() << "bigram_buckets " << bigram);
   ModelConfig c = tiny_config("gelu", true);
   c.bigram_buckets = bigram;
+  c.value_embeds = bigram > 0 ? 1 : 0;
   const int B = 3, T = 20;
   GPT model(c, B, T);
   model.init_weights(9);
-  fill_bigram(model, 10);
+  fill_zero_start_tables(model, 10);
   model.set_matmul_precision(MatPrec::F32);
   model.set_grad_enabled(false);
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -149,9 +152,10 @@ TEST(SampleKV, GroupScoringEqualsWholeRows) {
     ModelConfig c = tiny_config("swiglu", true);
     c.qk_norm = true;
     c.bigram_buckets = prec == MatPrec::F32 ? 13 : 0;  // a branch's first token pairs with the prefix's last
+    c.value_embeds = prec == MatPrec::F32 ? 1 : 2;
     GPT model(c, 1, c.seq_len);
     model.init_weights(21);
-    fill_bigram(model, 22);
+    fill_zero_start_tables(model, 22);
     model.set_matmul_precision(prec);
     model.set_grad_enabled(false);
     struct G { int prefix; std::vector<int> branches; };

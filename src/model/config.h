@@ -25,6 +25,10 @@ struct ModelConfig {
   // and added to the token embedding, so the first layer sees the bigram at once (row
   // bigram_buckets-1 stands for "no previous token", at each row's first position). 0 = off.
   int bigram_buckets = 0;
+  // The last value_embeds blocks each have a token embedding of width n_kv_head*head_dim that is
+  // added to the attention values (value embeddings: each token's identity reaches the values
+  // directly, a few embedding-table rows per token instead of matmul work). 0 = off.
+  int value_embeds = 0;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled

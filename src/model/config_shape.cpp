@@ -23,7 +23,7 @@ ParamCount count_params(const ModelConfig& m) {
   auto up64 = [](double h) { return std::max<int64_t>(64, int64_t(std::ceil(h / 64.0 - 1e-9)) * 64); };
   int64_t hidden = up64(double(m.mlp_ratio) * D);
   if (m.activation == "swiglu") hidden = up64(double(hidden) * 2.0 / 3.0);
-  p.embed = V * D + int64_t(m.bigram_buckets) * D;
+  p.embed = V * D + int64_t(m.bigram_buckets) * D + int64_t(m.value_embeds) * V * KV * hd;
   p.head = m.tie_embeddings ? 0 : V * D;
   int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo
   int64_t mlp = (m.activation == "swiglu" ? 3 : 2) * D * hidden;

@@ -40,6 +40,7 @@ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved 
 
 struct LayerOff {  // parameter offsets of one block (-1 = absent)
   int64_t attn_g = -1, wqkv = -1, qn_g = -1, kn_g = -1, wo = -1, mlp_g = -1, w_in = -1, w_out = -1;
+  int64_t ve = -1;  // value embedding [Vp, kv width] (model.value_embeds)
 };
 
 struct LayerAct {  // activation pointers of one block
@@ -193,9 +194,9 @@ struct GPTImpl {
   // One block on N rows: x -> xout (may be the same buffer). Without segments, the rows are B x T
   // training rows and attention runs over the block's own keys; with segments (inference), each
   // segment's keys/values go into its area of kc/vc and its queries attend over that area.
-  void block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv_buf, float* tmp, int64_t N, int B,
-                 int T, const std::vector<KVSegment>* segs, float* kc, float* vc, const float* cos_tab,
-                 const float* sin_tab);
+  void block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, float* xout, float* qkv_buf, float* tmp,
+                 int64_t N, int B, int T, const std::vector<KVSegment>* segs, float* kc, float* vc,
+                 const float* cos_tab, const float* sin_tab);
   void body_fwd(const int32_t* in, int B, int T);
   void infer_reserve(int64_t N, int T);
 };
@@ -245,7 +246,11 @@ void GPTImpl::build(bool allocate) {
   if (c.bigram_buckets == 1 || c.bigram_buckets < 0)
     fail("model config: bigram_buckets must be 0 (off) or >= 2, got {}", c.bigram_buckets);
   if (c.bigram_buckets > 0) off_big = add("bigram_embed", {c.bigram_buckets, d}, ParamKind::Embedding);
+  if (c.value_embeds < 0 || c.value_embeds > L)
+    fail("model config: value_embeds must be in [0, n_layer = {}], got {}", L, c.value_embeds);
   loff.resize(L);
+  for (int i = L - c.value_embeds; i < L; ++i)
+    loff[i].ve = add(fmt::format("blocks.{}.attn.value_embed", i), {Vp, kvw}, ParamKind::Embedding);
   for (int i = 0; i < L; ++i) {
     std::string pre = fmt::format("blocks.{}.", i);
     LayerOff& lo = loff[i];
@@ -327,9 +332,9 @@ void GPTImpl::build(bool allocate) {
 
 #define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
 
-void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv_buf, float* tmp,
-                        int64_t N, int B_, int T_, const std::vector<KVSegment>* segs, float* kc, float* vc,
-                        const float* cos_tab, const float* sin_tab) {
+void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, float* xout, float* qkv_buf,
+                        float* tmp, int64_t N, int B_, int T_, const std::vector<KVSegment>* segs, float* kc,
+                        float* vc, const float* cos_tab, const float* sin_tab) {
   const float eps = cfg.norm_eps;
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
   {
@@ -346,6 +351,12 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv
       be->qkv_heads_fwd(qkv_buf, B_, T_, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps, cos_tab,
                         sin_tab, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
     }
+    if (lo.ve >= 0) {  // qkv_buf is free now: the embedding rows, then their heads layout
+      PROF("value_embed", "fwd", N * kvw, 20.0 * N * kvw);
+      be->embedding_fwd(tok, P.as<float>() + lo.ve, qkv_buf, N, kvw);
+      be->split_heads(qkv_buf, kvw, qkv_buf + N * kvw, B_, T_, Hkv, hd);
+      be->axpy(a.v, 1.0f, qkv_buf + N * kvw, N * kvw);
+    }
     {
       PROF("attention", "fwd", 2.0 * B_ * H * hd * double(T_) * (T_ + 1), 4.0 * N * (2 * qw + 2 * kvw));
       be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B_, H, Hkv, T_, T_, T_, hd);
@@ -356,6 +367,9 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv
     }
   } else {
     PROF("attention.cached", "fwd", 0, 0);
+    // Value embedding rows of all N tokens in tmp (free until the output projection), each segment's
+    // in heads layout after them.
+    if (lo.ve >= 0) be->embedding_fwd(tok, P.as<float>() + lo.ve, tmp, N, kvw);
     for (const KVSegment& sg : *segs) {
       // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
       const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
@@ -364,6 +378,10 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, float* xout, float* qkv
                         a.kraw ? a.kraw + sg.off * kvw : nullptr, a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
                         a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, a.q + sg.off * qw, a.k + sg.off * kvw,
                         a.v + sg.off * kvw);
+      if (lo.ve >= 0) {
+        be->split_heads(tmp + sg.off * kvw, kvw, tmp + N * kvw, 1, sg.n, Hkv, hd);
+        be->axpy(a.v + sg.off * kvw, 1.0f, tmp + N * kvw, int64_t(sg.n) * kvw);
+      }
       for (int hh = 0; hh < Hkv; ++hh) {  // keys/values into the cache area at [pos0, pos0 + n)
         const int64_t from = sg.off * kvw + int64_t(hh) * sg.n * hd;
         const int64_t to = sg.cache + (int64_t(hh) * sg.ldT + sg.pos0) * hd;
@@ -427,8 +445,8 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     add_bigram(rows, big_d, la[0].x, tmp_d);
   }
   for (int l = 0; l < L; ++l)
-    block_fwd(loff[l], la[l], l + 1 < L ? la[l + 1].x : x_final, qkv, tmp_d, N, B, T, nullptr, nullptr, nullptr,
-              cos_t, sin_t);
+    block_fwd(loff[l], la[l], tok_d, l + 1 < L ? la[l + 1].x : x_final, qkv, tmp_d, N, B, T, nullptr, nullptr,
+              nullptr, cos_t, sin_t);
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
     norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
@@ -526,7 +544,9 @@ void GPT::init_weights(uint64_t seed) {
       float s = is_out ? out_std : std0;
       if (m.cfg.zero_init_out) s = 0.0f;
       for (int64_t i = 0; i < n; ++i) host[i] = s == 0.0f ? 0.0f : s * rng.normal();
-    } else if (p.name != "bigram_embed") {  // the bigram table starts at zero: a no-op feature
+    } else if (p.name == "bigram_embed" || p.name.ends_with(".value_embed")) {
+      // The bigram and value embedding tables start at zero: features that are no-ops until trained.
+    } else {
       for (int64_t i = 0; i < n; ++i) host[i] = std0 * rng.normal();
     }
     if (p.name == "wte" || p.name == "lm_head")  // rows of the padded vocabulary stay zero
@@ -655,6 +675,11 @@ void GPT::backward(float loss_scale) {
       be.split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
       be.attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd);
     }
+    if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
+      PROF("value_embed", "bwd", N * kvw, 20.0 * N * kvw);
+      be.merge_heads(m.dv, m.dtmp2, DType::F32, kvw, B, T, Hkv, hd);
+      be.embedding_bwd(m.tok_d, m.dtmp2, G + lo.ve, N, kvw);
+    }
     {
       PROF("qk_norm.rope", "bwd", 12.0 * N * (qw + kvw), 4.0 * N * (3 * qw + 3 * kvw + qkvw));
       be.qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, m.pp(lo.qn_g), m.pp(lo.kn_g),
@@ -769,8 +794,8 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
     m.add_bigram(rows, m.inf.big, a.x, m.inf.tmp_d);
   }
   for (int l = 0; l < m.L; ++l)
-    m.block_fwd(m.loff[l], a, a.x, m.inf.qkv, m.inf.tmp_d, N, 1, 0, &segs, cache.k(l), cache.v(l), m.inf.cos_t,
-                m.inf.sin_t);
+    m.block_fwd(m.loff[l], a, m.inf.tok, a.x, m.inf.qkv, m.inf.tmp_d, N, 1, 0, &segs, cache.k(l), cache.v(l),
+                m.inf.cos_t, m.inf.sin_t);
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
     m.norm_to_mm(a.x, m.off_fg, static_cast<float*>(cache.hidden_for(N, size_t(d) * mmb)), m.inf.lnf_rstd, N);
