@@ -1,11 +1,13 @@
 // Tests for the planner: the scaling-law fit recovers a known law and refuses too little data,
-// finished runs are read as law points (unfinished ones passed over), and a whole plan on the CPU
+// finished runs and points files are read as law points (unfinished runs passed over), and a whole plan on the CPU
 // ranks the candidates, times the winner, and writes a config that trains.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "config/config.h"
 #include "core/common.h"
@@ -106,6 +108,30 @@ TEST(ExpPlan, RunsAreReadAsLawPoints) {
   EXPECT_EQ(pts[0].bpb, 2.5);
   EXPECT_EQ(pts[1].train_bytes, 8e5);
   EXPECT_THROW(law_points_from_runs({root + "/missing"}), Error);
+  // A points file (as --fit-only prints them) adds recorded points to the run folders' ones.
+  const std::string pts_file = root + "/points.jsonl";
+  {
+    std::ofstream f(pts_file);
+    f << law_point_json(LawPoint{"elsewhere/d2", 4e5, 9e6, 1.9}).dump() << "\n\n"
+      << R"({"matrix_params": 3e6, "train_bytes": 2e7, "bpb": 1.7})" << "\n";
+  }
+  const std::vector<LawPoint> more = law_points_from_runs({root, pts_file});
+  ASSERT_EQ(more.size(), 4u);
+  EXPECT_EQ(more[0].run, "elsewhere/d2");
+  EXPECT_EQ(more[0].train_bytes, 9e6);
+  EXPECT_EQ(more[1].matrix_params, 3e6);
+  EXPECT_EQ(more[1].run, pts_file + ":3");
+  EXPECT_EQ(more[3].bpb, 2.2);
+  for (const char* bad : {R"({"matrix_params": 3e6, "bpb": 1.7})", R"({"matrix_params": 3e6, "train_bytes": -1, "bpb": 1.7})",
+                          "not json"}) {
+    std::ofstream(pts_file) << bad << "\n";
+    try {
+      law_points_from_runs({pts_file});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+    }
+  }
   fs::remove_all(root);
 }
 

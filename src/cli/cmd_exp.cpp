@@ -223,7 +223,9 @@ static void register_plan(CLI::App& app) {
   cmd->add_option("--budget", o->budget, "Device-time budget, e.g. 600, 10m, 1.5h")->required();
   cmd->add_option("--data", o->p.data_dir, "Prepared dataset (vocabulary, bytes per token; default vocab 8192)");
   cmd->add_option("--device", o->p.device, "Backend to time candidates on: cpu | cuda[:N] | auto");
-  cmd->add_option("--runs", o->p.runs, "Fit the scaling law to the finished runs under these folders (repeatable)");
+  cmd->add_option("--runs", o->p.runs,
+                  "Fit the scaling law to the finished runs under these folders, or to the points in these "
+                  "JSONL files (repeatable)");
   cmd->add_option("--set", o->p.sets, "Override applied to every candidate: key=value (repeatable)");
   cmd->add_option("--min-depth", o->p.min_depth, "Smallest depth of the d<N> rule searched (default 2)");
   cmd->add_option("--max-depth", o->p.max_depth, "Largest depth searched (default 12)");
@@ -235,8 +237,11 @@ static void register_plan(CLI::App& app) {
   cmd->callback([o] {
     if (o->fit_only) {
       if (o->p.runs.empty()) fail("plan --fit-only needs --runs DIR");
-      const ScalingLaw law = fit_scaling_law(law_points_from_runs(o->p.runs));
-      std::printf("%s\n", law.to_json().dump(2).c_str());
+      const std::vector<LawPoint> pts = law_points_from_runs(o->p.runs);
+      nlohmann::json j = fit_scaling_law(pts).to_json();
+      j["fitted_points"] = nlohmann::json::array();  // one line each of them is a points file
+      for (const LawPoint& p : pts) j["fitted_points"].push_back(law_point_json(p));
+      std::printf("%s\n", j.dump(2).c_str());
       return;
     }
     o->p.budget_seconds = parse_duration(o->budget);

@@ -179,13 +179,50 @@ double time_step_tokens_per_second(const RunConfig& c, Backend& be, int reps) {
 
 }  // namespace
 
+nlohmann::json law_point_json(const LawPoint& p) {
+  return {{"run", p.run}, {"matrix_params", p.matrix_params}, {"train_bytes", p.train_bytes}, {"bpb", p.bpb}};
+}
+
+namespace {
+
+void read_law_points(const std::string& file, std::vector<LawPoint>& out) {
+  const std::string text = read_file(file);
+  size_t line_no = 0, at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    LawPoint p;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      p.run = j.value("run", fmt::format("{}:{}", file, line_no));
+      p.matrix_params = j.at("matrix_params").get<double>();
+      p.train_bytes = j.at("train_bytes").get<double>();
+      p.bpb = j.at("bpb").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      fail("plan: {} line {} is not a point {{\"matrix_params\", \"train_bytes\", \"bpb\"}} ({})", file, line_no,
+           e.what());
+    }
+    if (!(p.matrix_params > 0 && p.train_bytes > 0 && p.bpb > 0 && std::isfinite(p.matrix_params) &&
+          std::isfinite(p.train_bytes) && std::isfinite(p.bpb)))
+      fail("plan: {} line {}: matrix_params, train_bytes and bpb must be positive numbers", file, line_no);
+    out.push_back(p);
+  }
+}
+
+}  // namespace
+
 std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths) {
   std::vector<fs::path> dirs;
-  for (const std::string& p : paths) {
-    if (!fs::exists(p)) fail("plan: no such run folder: {}", p);
-    collect_runs(p, dirs, 0);
-  }
   std::vector<LawPoint> out;
+  for (const std::string& p : paths) {
+    if (!fs::exists(p)) fail("plan: no such run folder or points file: {}", p);
+    if (fs::is_regular_file(p)) read_law_points(p, out);
+    else collect_runs(p, dirs, 0);
+  }
   for (const fs::path& d : dirs) {
     nlohmann::json s, cj;
     try {

@@ -34,11 +34,15 @@ struct LawPoint {
 };
 
 // Finished runs (folders with summary.json and config.json) under each path: a run folder itself,
-// or a folder whose subfolders (to any depth) are runs. Unfinished runs are passed over.
+// or a folder whose subfolders (to any depth) are runs. Unfinished runs are passed over. A path that
+// is a file holds recorded points instead, one JSON object a line: {"matrix_params", "train_bytes",
+// "bpb"} and optionally "run" (what law_point_json writes), so a fit can include runs whose folders
+// are on another machine.
 std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths);
 // Least squares over a grid of exponents (E, A, B >= 0 solved exactly for each); at least 4 points
 // with at least 2 model sizes and 2 amounts of data, else an Error saying what is missing.
 ScalingLaw fit_scaling_law(const std::vector<LawPoint>& points);
+nlohmann::json law_point_json(const LawPoint& p);
 // The law fitted to this project's own CPU runs (docs/TRAINING.md, "Planning a run").
 ScalingLaw default_scaling_law();
 
