@@ -455,21 +455,38 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* z = logits + n * Vp;
-    if (capped) {
+    // The log-sum-exp is shifted by a bound on the row: with a cap every s lies in [-cap, cap], so
+    // cap itself serves and the softcap and the exp-sum share one pass over the row (terms of at
+    // least e^(-2 cap) stay normal floats for any cap up to 40); uncapped, the row's maximum is
+    // found first.
+    float mx = capped ? cap : -INFINITY;
+    float sum = 0;
+    if (capped && cap <= 40.0f) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) {
+        const float sj = cap * vtanh(z[j] * inv);
+        z[j] = sj;
+        sum += vexp(sj - cap);
+      }
+    } else {
+      if (capped) {
 #pragma omp simd
-      for (int j = 0; j < V; ++j) z[j] = cap * vtanh(z[j] * inv);  // z now holds s
-    }
-    float mx = -INFINITY;
+        for (int j = 0; j < V; ++j) z[j] = cap * vtanh(z[j] * inv);  // z now holds s
+      }
+      mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+      for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; ++j) sum += vexp(z[j] - mx);
+    }
     if (argmax) {
+      float best = -INFINITY;
+#pragma omp simd reduction(max : best)
+      for (int j = 0; j < V; ++j) best = std::max(best, z[j]);
       int am = 0;
-      while (am < V - 1 && z[am] != mx) ++am;  // first index of the maximum
+      while (am < V - 1 && z[am] != best) ++am;  // first index of the maximum
       argmax[n] = am;
     }
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += vexp(z[j] - mx);
     float lse = mx + std::log(sum);
     int32_t tg = targets ? targets[n] : -1;
     L[n] = tg >= 0 ? lse - z[tg] : 0.0f;
