@@ -180,6 +180,16 @@ TEST(GPT, GradientCheckBigramEmbedding) {
   whole_model_gradcheck(c);
 }
 
+// A feature whose table starts at zero: the model with it computes, at initialisation, exactly what
+// the same model without it computes.
+static void expect_same_start(const ModelConfig& with, const ModelConfig& without) {
+  GPT m(with, 2, 8), plain(without, 2, 8);
+  m.init_weights(3);
+  plain.init_weights(3);
+  auto in = tokens(16, with.vocab_size, 1), tg = tokens(16, with.vocab_size, 2);
+  EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
+}
+
 TEST(GPT, GradientCheckValueEmbeddings) {
   ModelConfig c = tiny("relu2");  // grouped-query: value rows are n_kv_head * head_dim = 16 wide
   c.value_embeds = 2;             // both blocks
@@ -205,13 +215,9 @@ TEST(GPT, ValueEmbeddingShapeCountAndStart) {
     }
   EXPECT_EQ(names, (std::vector<std::string>{"blocks.1.attn.value_embed", "blocks.2.attn.value_embed"}));
   EXPECT_EQ(count_params(c).total(), m.num_params());
-  // Zero at the start: the model computes what the same model without the tables computes.
-  c.value_embeds = 0;
-  GPT plain(c, 2, 8);
-  m.init_weights(3);
-  plain.init_weights(3);
-  auto in = tokens(16, c.vocab_size, 1), tg = tokens(16, c.vocab_size, 2);
-  EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
+  ModelConfig plain = c;
+  plain.value_embeds = 0;
+  expect_same_start(c, plain);
   c.value_embeds = 4;  // more than the blocks
   EXPECT_THROW(GPT(c, 1, 4), Error);
   c.value_embeds = -1;
@@ -229,13 +235,9 @@ TEST(GPT, BigramEmbeddingShapeCountAndStart) {
   EXPECT_EQ(big->kind, ParamKind::Embedding);  // trained with the embeddings' optimizer group
   EXPECT_EQ(big->shape, (std::vector<int64_t>{50, 32}));
   EXPECT_EQ(count_params(c).total(), m.num_params());
-  // Zero at the start: the model computes what the same model without the table computes.
-  c.bigram_buckets = 0;
-  GPT plain(c, 2, 8);
-  m.init_weights(3);
-  plain.init_weights(3);
-  auto in = tokens(16, c.vocab_size, 1), tg = tokens(16, c.vocab_size, 2);
-  EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
+  ModelConfig plain = c;
+  plain.bigram_buckets = 0;
+  expect_same_start(c, plain);
   c.bigram_buckets = 1;
   EXPECT_THROW(GPT(c, 1, 4), Error);
 }
