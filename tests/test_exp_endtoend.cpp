@@ -14,6 +14,7 @@
 #include "exp/report.h"
 #include "exp/roofline.h"
 #include "exp/runs.h"
+#include "exp/train_hooks.h"
 #include "test_exp_util.h"
 #include "train/trainer.h"
 
@@ -41,6 +42,7 @@ TEST(ExpEndToEnd, TrainTwiceProfileReportCompare) {
     o.profile = profile;
     o.quiet = true;
     o.argv = {"clocklm", "train", "--out", o.out_dir};
+    o.hooks = standard_train_hooks();
     return train(o);
   };
   TrainResult a = run("muon", {}, true);

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "dist/launch.h"
 #include "exp/plan.h"
+#include "exp/train_hooks.h"
 #include "model/gpt.h"
 #include "train/trainer.h"
 
@@ -160,6 +161,7 @@ void register_engine_commands(CLI::App& app) {
       if (!budget->empty()) opt.budget_seconds = parse_duration(*budget);
       if (opt.config == "auto") opt.config = plan_auto_config(opt, opt.budget_seconds);
       opt.argv = own_argv();
+      opt.hooks = standard_train_hooks();
       TrainResult r = train(opt);
       if (r.rank != 0) return;  // rank 0 reports for the job
       if (r.finished) {

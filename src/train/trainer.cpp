@@ -33,12 +33,9 @@
 #include "eval/bpb.h"
 #include "eval/core.h"
 #include "eval/stage2.h"
-#include "exp/profile_report.h"
 #include "core/profiler.h"
 #include "core/progress.h"
 #include "dist/comm.h"
-#include "exp/roofline.h"
-#include "exp/runinfo.h"
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -95,27 +92,6 @@ RunConfig resolve_config(const TrainOptions& o, const std::string& run_dir) {
   return load_config(src, sets);
 }
 
-// Hands the profiled steps to the experiment area's writer: RUN/profile/{profile.json, trace.json,
-// profile.txt}. The roofline it compares against is this machine's cached one (measured once).
-void write_profile_files(const Profiler& prof, const std::string& dir, double seconds, int steps) {
-  make_dirs(dir);
-  ProfileSummary s = write_profile(prof, dir, seconds, steps);
-  std::fprintf(stderr, "\ntrain: profile of %d steps written to %s\n%s", steps, dir.c_str(),
-               format_profile_table(s, 15).c_str());
-}
-
-// Peak FLOP/s for the MFU column: this machine's cached roofline (`clocklm roofline`), if measured;
-// 0 (MFU not shown) otherwise, so training never stalls to measure it.
-double cached_peak_flops(int threads) {
-  std::string path = roofline_cache_path(threads);
-  if (path.empty() || !path_exists(path)) return 0;
-  try {
-    return roofline_from_json(nlohmann::json::parse(read_file(path))).peak_flops();
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
 // After a crash the run folder may hold what a killed process left: temp files of writes that never
 // finished, and checkpoints newer than the one `latest` names (written, but killed before `latest`
 // moved). The lock guarantees no other process is writing here, so both are removed; the remaining
@@ -161,6 +137,7 @@ TrainResult train(const TrainOptions& o) {
   if (!o.resume_dir.empty() && fs::weakly_canonical(o.resume_dir) != fs::weakly_canonical(run_dir))
     fail("train: --resume {} continues that run in place; omit --out or give the same folder", o.resume_dir);
   if (o.data_dir.empty()) fail("train: --data DIR is required (a folder made by `clocklm prepare`)");
+  if (o.profile && !o.hooks.write_profile) fail("train: --profile needs a profile writer (TrainHooks)");
   // --resume on a run killed before its first checkpoint starts it over: nothing was saved, so
   // nothing is lost, and the user's command works the same whenever the run died.
   const bool resume_asked = !o.resume_dir.empty();
@@ -241,7 +218,8 @@ TrainResult train(const TrainOptions& o) {
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
   // MFU against the CPU roofline only makes sense for the CPU backend; other devices report none.
-  const double peak_flops = device->host_visible() ? cached_peak_flops(threads) : 0.0;
+  const double peak_flops =
+      device->host_visible() && o.hooks.cpu_peak_flops ? o.hooks.cpu_peak_flops(threads) : 0.0;
 
   BudgetClock clock;
   clock.budget = tc.budget_seconds;
@@ -294,7 +272,7 @@ TrainResult train(const TrainOptions& o) {
   }
   if (lead) write_json_file((fs::path(run_dir) / "config.json").string(), to_json(cfg));
   if (lead) {
-    nlohmann::json rec = run_record(o.argv);
+    nlohmann::json rec = o.hooks.run_record ? o.hooks.run_record(o.argv) : nlohmann::json{{"argv", o.argv}};
     rec["dataset"] = {{"dir", fs::absolute(o.data_dir).string()}, {"tokenizer_hash", info.tokenizer_hash},
                       {"vocab_size", info.vocab_size}};
     rec["threads"] = threads;
@@ -517,7 +495,7 @@ TrainResult train(const TrainOptions& o) {
     if (profiling && step == prof_first + prof_steps) {
       model.set_profiler(nullptr);
       opt.set_profiler(nullptr);
-      if (lead) write_profile_files(prof, (fs::path(run_dir) / "profile").string(), prof_seconds, int(prof_steps));
+      if (lead) o.hooks.write_profile(prof, (fs::path(run_dir) / "profile").string(), prof_seconds, int(prof_steps));
     }
     if (tc.checkpoint_every_seconds > 0 && pos > 0 && pos >= next_ckpt_at) {
       while (next_ckpt_at <= pos) next_ckpt_at += tc.checkpoint_every_seconds;

@@ -3,12 +3,25 @@
 // validation bits per byte, and writes the run directory (docs/FORMATS.md, docs/TRAINING.md).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace clm {
+
+struct Profiler;
+
+// What the loop needs from the layers above it, handed in by the caller (exp/train_hooks.h has the
+// standard ones): the run.json record of this invocation (version, commit, machine), this CPU's
+// peak FLOP/s for the MFU column (0: no MFU shown), and the writer of a profile of a few steps. An
+// empty hook leaves that part out (run.json then records only argv; --profile is refused).
+struct TrainHooks {
+  std::function<nlohmann::json(const std::vector<std::string>& argv)> run_record;
+  std::function<double(int threads)> cpu_peak_flops;
+  std::function<void(const Profiler& prof, const std::string& dir, double seconds, int steps)> write_profile;
+};
 
 struct TrainOptions {
   std::string config;                // preset or JSON file; empty with resume = RUN/config.json
@@ -23,6 +36,7 @@ struct TrainOptions {
   int64_t stop_after_steps = 0;      // > 0: checkpoint and stop after this many steps of this session
   bool quiet = false;                // no progress line
   std::vector<std::string> argv;     // recorded in run.json
+  TrainHooks hooks;
 };
 
 struct TrainResult {
