@@ -44,8 +44,9 @@ TEST(EvalGpt, UniformLogitsGiveLog2VBitsPerToken) {
   const int B = 2, T = 32;
   GPT model(c, B, T);
   model.init_weights(1);  // zero_init_out: the LM head is zero, so every logit is 0
-  for (auto& p : model.params())
+  for (auto& p : model.params()) {
     if (p.name == "lm_head") ASSERT_EQ(p.data[0], 0.0f);
+  }
   model.set_grad_enabled(false);
   // Byte lengths: 1 for the 256 bytes, 0 for BOS; a stream of bytes with a BOS every 50.
   std::vector<uint32_t> bytes(257, 1);
