@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     const Bf16Choice& c = bf16_choice();
-    const std::string why = c.ratio > 0 ? fmt::format(", measured {:.2f}x fp32", c.ratio) : "";
+    const std::string why = c.ratio > 0 ? fmt::format(", bf16 measured at {:.2f}x fp32's speed", c.ratio) : "";
     return fmt::format("cpu ({} threads, matmuls in {}{})", default_threads(), c.faster ? "bf16" : "fp32", why);
   }
   bool host_visible() const override { return true; }
