@@ -735,9 +735,9 @@ TEST_P(BackendOps, QkvHeads) {
 // Attention
 // =================================================================================================
 // float64 causal GQA attention; q [B,H,Tq,hd], k/v [B,Hkv,Tk,hd] (dense). Query i sits at position
-// Tk - Tq + i and sees keys 0..that position.
+// p = Tk - Tq + i and sees keys 0..p, or with window > 0 keys p - window + 1..p.
 static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, int Hkv, int Tq,
-                     int Tk, int hd, VecD* lse = nullptr) {
+                     int Tk, int hd, int window, VecD* lse = nullptr) {
   VecD o(size_t(B) * H * Tq * hd, 0.0);
   if (lse) lse->assign(size_t(B) * H * Tq, 0.0);
   int group = H / Hkv, off = Tk - Tq;
@@ -748,9 +748,9 @@ static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, 
       int kvh = h / group;
       for (int i = 0; i < Tq; ++i) {
         const double* qi = &q[((size_t(b) * H + h) * Tq + i) * hd];
-        int nk = off + i + 1;
+        int nk = off + i + 1, j0 = window > 0 ? std::max(0, nk - window) : 0;
         double mx = -1e300;
-        for (int j = 0; j < nk; ++j) {
+        for (int j = j0; j < nk; ++j) {
           const double* kj = &k[((size_t(b) * Hkv + kvh) * Tk + j) * hd];
           double a = 0;
           for (int d = 0; d < hd; ++d) a += qi[d] * kj[d];
@@ -758,9 +758,9 @@ static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, 
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j < nk; ++j) sum += std::exp(s[j] - mx);
+        for (int j = j0; j < nk; ++j) sum += std::exp(s[j] - mx);
         double* oi = &o[((size_t(b) * H + h) * Tq + i) * hd];
-        for (int j = 0; j < nk; ++j) {
+        for (int j = j0; j < nk; ++j) {
           double p = std::exp(s[j] - mx) / sum;
           const double* vj = &v[((size_t(b) * Hkv + kvh) * Tk + j) * hd];
           for (int d = 0; d < hd; ++d) oi[d] += p * vj[d];
@@ -771,7 +771,7 @@ static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, 
   return o;
 }
 
-struct AttnCase { int B, H, Hkv, T, hd; };
+struct AttnCase { int B, H, Hkv, T, hd, window = 0; };
 
 // Forward (o and the log-sum-exp) against float64: softmax-weighted sums of O(1) values in fp32,
 // 2e-5. Backward: dq, dk, dv against FD of the float64 attention at `samples` coordinates each,
@@ -779,22 +779,22 @@ struct AttnCase { int B, H, Hkv, T, hd; };
 // to ~1e-9).
 static void attention_case(Backend& b, AttnCase c, int samples) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
-                                  << " hd" << c.hd);
+                                  << " hd" << c.hd << " window " << c.window);
   size_t nq = size_t(c.B) * c.H * c.T * c.hd, nkv = size_t(c.B) * c.Hkv * c.T * c.hd;
   VecF q = randn(nq, 61 + c.hd, 1.5f), k = randn(nkv, 62, 1.5f), v = randn(nkv, 63), R = randn(nq, 64);
   Dev<float> qd(b, q), kd(b, k), vd(b, v), Rd(b, R);
   Dev<float> o = nan_out(b, nq), lse = nan_out(b, size_t(c.B) * c.H * c.T);
-  b.attention_fwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), c.B, c.H, c.Hkv, c.T, c.T, c.T, c.hd);
+  b.attention_fwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), c.B, c.H, c.Hkv, c.T, c.T, c.T, c.hd, c.window);
   VecD lr;
-  VecD orf = attn_ref(to_d(q), to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd, &lr);
+  VecD orf = attn_ref(to_d(q), to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window, &lr);
   expect_close(o.get(), orf, 2e-5, 0, "o");
   expect_close(lse.get(), lr, 2e-5, 0, "lse");
   Dev<float> dq = nan_out(b, nq), dk = nan_out(b, nkv), dv = nan_out(b, nkv);
   b.attention_bwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), Rd.p(), dq.p(), dk.p(), dv.p(), c.B, c.H,
-                  c.Hkv, c.T, c.hd);
+                  c.Hkv, c.T, c.hd, c.window);
   VecD qv = to_d(q), kv = to_d(k), vv = to_d(v);
   auto L = [&](const VecD& qq, const VecD& kk, const VecD& vx) {
-    return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd), R);
+    return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window), R);
   };
   check_grad([&](const VecD& x) { return L(x, kv, vv); }, q, dq.get(), 2e-5, samples, "dq");
   check_grad([&](const VecD& x) { return L(qv, x, vv); }, k, dk.get(), 2e-5, samples, "dk");
@@ -823,15 +823,28 @@ TEST_P(BackendOps, AttentionHeadDim128) {
   attention_case(be(), {1, 4, 2, 65, 128}, 30);  // GQA
 }
 
+TEST_P(BackendOps, AttentionSlidingWindow) {
+  // Windows smaller than a tile, across tile edges (keys of a query split over two tiles, whole
+  // tiles skipped), of one key (each query sees only itself) and as long as the row (= causal).
+  attention_case(be(), {1, 2, 1, 150, 16, 5}, 40);
+  attention_case(be(), {2, 4, 2, 200, 64, 70}, 40);
+  attention_case(be(), {1, 2, 2, 130, 32, 64}, 40);
+  attention_case(be(), {1, 1, 1, 40, 8, 1}, 40);
+  attention_case(be(), {1, 3, 1, 70, 128, 70}, 30);
+}
+
 TEST_P(BackendOps, AttentionKVCache) {
   // Decoding: Tq new queries at the end of Tk valid keys in a cache allocated for Tk_cap. The
   // slots past Tk hold large finite garbage: an op that read them would be visibly wrong.
-  struct Case { int B, H, Hkv, Tq, Tk, cap, hd; bool with_lse; };
+  // With a window, the queries see only the window's end of the cache.
+  struct Case { int B, H, Hkv, Tq, Tk, cap, hd; bool with_lse; int window = 0; };
   for (Case c : {Case{2, 4, 2, 3, 70, 80, 16, true}, Case{1, 2, 1, 1, 129, 129, 64, false},
                  Case{1, 4, 2, 5, 33, 40, 128, true}, Case{2, 2, 2, 20, 20, 64, 32, true},
-                 Case{1, 3, 1, 7, 100, 128, 6, false}}) {
+                 Case{1, 3, 1, 7, 100, 128, 6, false}, Case{2, 4, 2, 3, 150, 160, 16, true, 20},
+                 Case{1, 2, 1, 70, 140, 140, 64, true, 66}}) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " Tq" << c.Tq
-                                    << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd);
+                                    << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd << " window "
+                                    << c.window);
     VecF q = randn(size_t(c.B) * c.H * c.Tq * c.hd, 71), kc = randn(size_t(c.B) * c.Hkv * c.cap * c.hd, 72),
          vc = randn(size_t(c.B) * c.Hkv * c.cap * c.hd, 73);
     VecD kd(size_t(c.B) * c.Hkv * c.Tk * c.hd), vd(kd.size());
@@ -850,9 +863,9 @@ TEST_P(BackendOps, AttentionKVCache) {
     Dev<float> qd(be(), q), kcd(be(), kc), vcd(be(), vc);
     Dev<float> o = nan_out(be(), q.size()), lse = nan_out(be(), size_t(c.B) * c.H * c.Tq);
     be().attention_fwd(qd.p(), kcd.p(), vcd.p(), o.p(), c.with_lse ? lse.p() : nullptr, c.B, c.H,
-                       c.Hkv, c.Tq, c.Tk, c.cap, c.hd);
+                       c.Hkv, c.Tq, c.Tk, c.cap, c.hd, c.window);
     VecD lr;
-    VecD orf = attn_ref(to_d(q), kd, vd, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.hd, &lr);
+    VecD orf = attn_ref(to_d(q), kd, vd, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.hd, c.window, &lr);
     expect_close(o.get(), orf, 2e-5, 0, "o");
     if (c.with_lse) expect_close(lse.get(), lr, 2e-5, 0, "lse");
   }

@@ -84,9 +84,10 @@ void expect_variants_match_generic(const std::function<VecD()>& compute, double 
 }
 
 // --- float64 attention reference -----------------------------------------------------------------
-// Forward for Tq queries at the end of Tk keys (cache stride cap); o and lse as attention_fwd.
+// Forward for Tq queries at the end of Tk keys (cache stride cap), each seeing the `window` most
+// recent keys (all when window <= 0); o and lse as attention_fwd.
 void attn_ref_fwd(const VecF& q, const VecF& k, const VecF& v, int B, int H, int Hkv, int Tq,
-                  int Tk, int cap, int hd, VecD& o, VecD& lse) {
+                  int Tk, int cap, int hd, int window, VecD& o, VecD& lse) {
   o.assign(size_t(B) * H * Tq * hd, 0.0);
   lse.assign(size_t(B) * H * Tq, 0.0);
   const double scale = 1.0 / std::sqrt(double(hd));
@@ -98,18 +99,18 @@ void attn_ref_fwd(const VecF& q, const VecF& k, const VecF& v, int B, int H, int
       const float* kb = k.data() + (size_t(b) * Hkv + kvh) * cap * hd;
       const float* vb = v.data() + (size_t(b) * Hkv + kvh) * cap * hd;
       for (int i = 0; i < Tq; ++i) {
-        int last = Tk - Tq + i;
+        int last = Tk - Tq + i, first = window > 0 ? std::max(0, last - window + 1) : 0;
         double mx = -INFINITY;
-        for (int j = 0; j <= last; ++j) {
+        for (int j = first; j <= last; ++j) {
           double d = 0;
           for (int c = 0; c < hd; ++c) d += double(qb[size_t(i) * hd + c]) * kb[size_t(j) * hd + c];
           s[j] = d * scale;
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j <= last; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int j = first; j <= last; ++j) sum += (s[j] = std::exp(s[j] - mx));
         double* orow = o.data() + ((size_t(b) * H + h) * Tq + i) * hd;
-        for (int j = 0; j <= last; ++j)
+        for (int j = first; j <= last; ++j)
           for (int c = 0; c < hd; ++c) orow[c] += s[j] / sum * vb[size_t(j) * hd + c];
         lse[(size_t(b) * H + h) * Tq + i] = mx + std::log(sum);
       }
@@ -267,28 +268,32 @@ TEST(CpuIsa, BinaryUsesAvxOnlyInsideTheKernelVariants) {
 // -------------------------------------------------------------------------------------------------
 struct IsaAttnCase {
   int B, H, Hkv, Tq, Tk, cap, hd;
+  int window = 0;
 };
 
 TEST(CpuIsa, AttentionForwardAgainstFloat64) {
   // Full causal (Tq == Tk), and queries at the end of a longer KV cache (Tq < Tk <= cap), with
-  // head_dim 32/64/128 (register-blocked path), 24 (plain-loop path), and grouped-query heads.
-  // Tolerance: 2e-5 absolute on o (|o| <= ~3) and on lse, as test_ops.cpp.
+  // head_dim 32/64/128 (register-blocked path), 24 (plain-loop path), and grouped-query heads;
+  // sliding windows (the visible keys of a tile then start past its first key: each variant's
+  // masked maximum). Tolerance: 2e-5 absolute on o (|o| <= ~3) and on lse, as test_ops.cpp.
   const IsaAttnCase cases[] = {{2, 4, 2, 130, 130, 130, 32},  {1, 2, 2, 67, 67, 67, 64},
                                {1, 4, 1, 129, 129, 129, 128}, {1, 3, 1, 70, 70, 70, 24},
                                {2, 4, 2, 5, 133, 150, 64},    {1, 2, 1, 70, 200, 210, 32},
-                               {1, 2, 2, 1, 77, 77, 128}};
+                               {1, 2, 2, 1, 77, 77, 128},     {1, 2, 1, 150, 150, 150, 32, 37},
+                               {1, 2, 2, 20, 180, 190, 64, 70}, {1, 1, 1, 66, 66, 66, 24, 3}};
   for (const IsaAttnCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " Tq" << c.Tq
-                                    << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd);
+                                    << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd << " window "
+                                    << c.window);
     VecF q = randn(size_t(c.B) * c.H * c.Tq * c.hd, 11, 1.5f);
     VecF k = randn(size_t(c.B) * c.Hkv * c.cap * c.hd, 12, 1.5f);
     VecF v = randn(k.size(), 13);
     VecD oref, lref;
-    attn_ref_fwd(q, k, v, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.cap, c.hd, oref, lref);
+    attn_ref_fwd(q, k, v, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.cap, c.hd, c.window, oref, lref);
     for_each_isa([&](const std::string&) {
       VecF o(q.size()), lse(size_t(c.B) * c.H * c.Tq);
       attention_fwd(q.data(), k.data(), v.data(), o.data(), lse.data(), c.B, c.H, c.Hkv, c.Tq, c.Tk,
-                    c.cap, c.hd);
+                    c.cap, c.hd, c.window);
       expect_close(to_d(o), oref, 0, 2e-5, "o");
       expect_close(to_d(lse), lref, 0, 2e-5, "lse");
     });
@@ -313,9 +318,9 @@ TEST(CpuIsa, AttentionBackwardAgainstFloat64) {
     for_each_isa([&](const std::string&) {
       VecF o(q.size()), lse(size_t(c.B) * c.H * T), dq(q.size()), dk(k.size()), dv(v.size());
       attention_fwd(q.data(), k.data(), v.data(), o.data(), lse.data(), c.B, c.H, c.Hkv, T, T, T,
-                    c.hd);
+                    c.hd, 0);
       attention_bwd(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
-                    dk.data(), dv.data(), c.B, c.H, c.Hkv, T, c.hd);
+                    dk.data(), dv.data(), c.B, c.H, c.Hkv, T, c.hd, 0);
       expect_close(to_d(dq), dqr, 0, 1e-4 * std::max(1.0, max_abs(dqr)), "dq");
       expect_close(to_d(dk), dkr, 0, 1e-4 * std::max(1.0, max_abs(dkr)), "dk");
       expect_close(to_d(dv), dvr, 0, 1e-4 * std::max(1.0, max_abs(dvr)), "dv");

@@ -190,6 +190,12 @@ static void expect_same_start(const ModelConfig& with, const ModelConfig& withou
   EXPECT_EQ(m.forward(in.data(), tg.data(), 2, 8), plain.forward(in.data(), tg.data(), 2, 8));
 }
 
+TEST(GPT, GradientCheckSlidingWindow) {
+  ModelConfig c = tiny("relu2");
+  c.attn_window = 3;  // of 7 positions: later queries lose their first keys
+  whole_model_gradcheck(c);
+}
+
 TEST(GPT, GradientCheckValueEmbeddings) {
   ModelConfig c = tiny("relu2");  // grouped-query: value rows are n_kv_head * head_dim = 16 wide
   c.value_embeds = 2;             // both blocks

@@ -58,6 +58,7 @@ TEST(SampleKV, GreedyWithCacheEqualsRecomputation) {
       ModelConfig c = tiny_config(act, std::string(act) == "swiglu");
       c.bigram_buckets = std::string(act) == "swiglu" ? 11 : 0;  // each appended token pairs with the last
       c.value_embeds = std::string(act) == "swiglu" ? 0 : 2;
+      c.attn_window = std::string(act) == "swiglu" ? 5 : 0;  // decoding past the window
       GPT model(c, 1, c.seq_len);
       model.init_weights(3);
       fill_zero_start_tables(model, 4);
@@ -102,6 +103,7 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   ModelConfig c = tiny_config("gelu", true);
   c.bigram_buckets = bigram;
   c.value_embeds = bigram > 0 ? 1 : 0;
+  c.attn_window = bigram > 0 ? 6 : 0;
   const int B = 3, T = 20;
   GPT model(c, B, T);
   model.init_weights(9);

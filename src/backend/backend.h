@@ -124,11 +124,13 @@ class Backend {
                              const float* qg, const float* kg, float* dqg, float* dkg, int B, int T,
                              int H, int Hkv, int hd, bool qk_norm, const float* cos_t,
                              const float* sin_t, void* dqkv, DType out_t) = 0;
+  // Causal attention; window > 0 limits each query to the `window` most recent keys (its own
+  // included), window <= 0 to none (full causal).
   virtual void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse,
-                             int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) = 0;
+                             int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) = 0;
   virtual void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                             int B, int H, int Hkv, int T, int hd) = 0;
+                             int B, int H, int Hkv, int T, int hd, int window) = 0;
   virtual void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) = 0;
   virtual void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
                            int hd) = 0;

@@ -223,7 +223,7 @@ void run_bench_gemm(const GemmArgs& a) {
 
 struct AttnArgs {
   std::string device = "auto";
-  int batch = 8, heads = 4, kv_heads = 0, seq = 1024, head_dim = 64, reps = 5, threads = 0;
+  int batch = 8, heads = 4, kv_heads = 0, seq = 1024, head_dim = 64, reps = 5, threads = 0, window = 0;
   bool json = false;
 };
 
@@ -247,9 +247,10 @@ void run_bench_attention(const AttnArgs& a) {
     be->to_device(x->as<float>(), host.data(), x->bytes());
   }
   auto timer = be->timer();
-  // Causal: query i sees i+1 keys; Q K^T and P V are 2 flops per multiply-add each -> forward
-  // 4*hd per (query, key) pair; backward recomputes S and forms dP, dV, dK, dQ: 10*hd per pair.
-  const double pairs = (double)B * H * T * (T + 1) / 2;
+  // Causal: query i sees i+1 keys (at most the window); Q K^T and P V are 2 flops per multiply-add
+  // each -> forward 4*hd per (query, key) pair; backward recomputes S and forms dP, dV, dK, dQ:
+  // 10*hd per pair.
+  const double pairs = (double)B * H * T * mean_attended_keys(T, a.window);
   const double fwd_flops = 4.0 * hd * pairs, bwd_flops = 10.0 * hd * pairs;
   auto time_best = [&](auto fn) {
     fn();  // warm-up
@@ -264,15 +265,16 @@ void run_bench_attention(const AttnArgs& a) {
     return std::pair<double, double>{best, sum / a.reps};
   };
   auto [fb, fm] = time_best([&] {
-    be->attention_fwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), B, H, Hkv, T, T, T, hd);
+    be->attention_fwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), B, H, Hkv, T, T, T, hd,
+                      a.window);
   });
   auto [bb, bm] = time_best([&] {
     be->attention_bwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), dout.as<float>(),
-                      dq.as<float>(), dk.as<float>(), dv.as<float>(), B, H, Hkv, T, hd);
+                      dq.as<float>(), dk.as<float>(), dv.as<float>(), B, H, Hkv, T, hd, a.window);
   });
   if (a.json) {
     nlohmann::json j = {{"bench", "attention"}, {"batch", B}, {"heads", H}, {"kv_heads", Hkv}, {"seq", T},
-                        {"head_dim", hd}, {"threads", threads}, {"reps", a.reps},
+                        {"head_dim", hd}, {"window", a.window}, {"threads", threads}, {"reps", a.reps},
                         {"forward_ms_best", fb * 1e3}, {"forward_ms_mean", fm * 1e3}, {"forward_gflops", fwd_flops / fb / 1e9},
                         {"backward_ms_best", bb * 1e3}, {"backward_ms_mean", bm * 1e3}, {"backward_gflops", bwd_flops / bb / 1e9},
                         {"version", CLOCKLM_VERSION}};
@@ -373,6 +375,7 @@ void register_bench_commands(CLI::App& app) {
   at->add_option("--kv-heads", aa->kv_heads, "key/value heads (0 = heads)");
   at->add_option("--seq", aa->seq, "tokens per row")->capture_default_str();
   at->add_option("--head-dim", aa->head_dim, "dimension per head")->capture_default_str();
+  at->add_option("--window", aa->window, "sliding window in keys (0 = full causal)")->capture_default_str();
   at->add_option("--reps", aa->reps, "timed repetitions (best and mean reported)")->capture_default_str();
   at->add_option("--threads", aa->threads, "worker threads (0 = default)");
   at->add_flag("--json", aa->json, "print one JSON object");

@@ -57,6 +57,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"model.logit_softcap", &m.logit_softcap});
   f.push_back({"model.bigram_buckets", &m.bigram_buckets});
   f.push_back({"model.value_embeds", &m.value_embeds});
+  f.push_back({"model.attn_window", &m.attn_window});
   f.push_back({"model.vocab_size", &m.vocab_size});
   f.push_back({"model.seq_len", &m.seq_len});
   f.push_back({"model.init_std", &m.init_std});
@@ -500,6 +501,7 @@ void validate(const RunConfig& c) {
   if (m.bigram_buckets < 0 || m.bigram_buckets == 1)
     fail("model.bigram_buckets must be 0 (off) or >= 2, got {}", m.bigram_buckets);
   at_most("model.bigram_buckets", m.bigram_buckets, 1 << 24);
+  if (m.attn_window < 0) fail("model.attn_window must be >= 0 (0 = full attention), got {}", m.attn_window);
   if (m.value_embeds < 0 || m.value_embeds > m.n_layer)
     fail("model.value_embeds must be in [0, n_layer = {}], got {}", m.n_layer, m.value_embeds);
   if (m.vocab_size < 0) fail("model.vocab_size must be >= 0 (0 = from the tokenizer), got {}", m.vocab_size);

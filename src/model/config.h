@@ -29,6 +29,9 @@ struct ModelConfig {
   // added to the attention values (value embeddings: each token's identity reaches the values
   // directly, a few embedding-table rows per token instead of matmul work). 0 = off.
   int value_embeds = 0;
+  // > 0: sliding-window attention, each query sees only the attn_window most recent positions (its
+  // own included) in every block; attention then costs O(T * window) instead of O(T^2). 0 = full.
+  int attn_window = 0;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled
@@ -47,8 +50,11 @@ struct ParamCount {
 };
 ParamCount count_params(const ModelConfig& m);
 // Training FLOPs per token (forward + backward = 3x forward) at sequence length T, analytically: 2 per
-// matmul weight (head included, embedding lookup not) plus causal attention, 2*n_head*head_dim*(T+1)
-// per layer. The same formula as GPT::flops_per_token (tested), usable without allocating a model.
+// matmul weight (head included, embedding lookup not) plus causal attention,
+// 4*n_head*head_dim*mean_attended_keys per layer (2*n_head*head_dim*(T+1) without a window). The same formula as GPT::flops_per_token (tested), usable without allocating a model.
 double flops_per_token(const ModelConfig& m, int T);
+// Keys a query attends to, averaged over the T positions of a row: (T + 1) / 2 for full causal
+// attention, fewer with a window (model.attn_window).
+double mean_attended_keys(int T, int window);
 
 }  // namespace clm

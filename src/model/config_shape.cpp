@@ -33,10 +33,18 @@ ParamCount count_params(const ModelConfig& m) {
   return p;
 }
 
+double mean_attended_keys(int T, int window) {
+  if (T <= 0) return 0;
+  if (window <= 0 || window >= T) return (double(T) + 1.0) / 2.0;
+  // positions 0..W-1 see p + 1 keys, the remaining T - W see W each
+  const double W = window;
+  return (W * (W + 1.0) / 2.0 + (double(T) - W) * W) / double(T);
+}
+
 double flops_per_token(const ModelConfig& m, int T) {
   ParamCount p = count_params(m);
   double mm = double(p.matrix) + double(m.padded_vocab()) * m.d_model;  // the head (tied or not) is a matmul
-  double att = double(m.n_layer) * 2.0 * m.n_head * m.head_dim * (double(T) + 1.0);
+  double att = double(m.n_layer) * 4.0 * m.n_head * m.head_dim * mean_attended_keys(T, m.attn_window);
   return 3.0 * (2.0 * mm + att);
 }
 

@@ -246,6 +246,7 @@ void GPTImpl::build(bool allocate) {
   if (c.bigram_buckets == 1 || c.bigram_buckets < 0)
     fail("model config: bigram_buckets must be 0 (off) or >= 2, got {}", c.bigram_buckets);
   if (c.bigram_buckets > 0) off_big = add("bigram_embed", {c.bigram_buckets, d}, ParamKind::Embedding);
+  if (c.attn_window < 0) fail("model config: attn_window must be >= 0 (0 = full attention), got {}", c.attn_window);
   if (c.value_embeds < 0 || c.value_embeds > L)
     fail("model config: value_embeds must be in [0, n_layer = {}], got {}", L, c.value_embeds);
   loff.resize(L);
@@ -358,8 +359,9 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
       be->axpy(a.v, 1.0f, qkv_buf + N * kvw, N * kvw);
     }
     {
-      PROF("attention", "fwd", 2.0 * B_ * H * hd * double(T_) * (T_ + 1), 4.0 * N * (2 * qw + 2 * kvw));
-      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B_, H, Hkv, T_, T_, T_, hd);
+      PROF("attention", "fwd", 4.0 * B_ * H * hd * double(T_) * mean_attended_keys(T_, cfg.attn_window),
+           4.0 * N * (2 * qw + 2 * kvw));
+      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B_, H, Hkv, T_, T_, T_, hd, cfg.attn_window);
     }
     {
       PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
@@ -389,7 +391,7 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
         be->copy(vc + to, a.v + from, sizeof(float) * sg.n * hd);
       }
       be->attention_fwd(a.q + sg.off * qw, kc + sg.cache, vc + sg.cache, a.o + sg.off * qw, nullptr, 1, H, Hkv,
-                        sg.n, sg.pos0 + sg.n, sg.ldT, hd);
+                        sg.n, sg.pos0 + sg.n, sg.ldT, hd, cfg.attn_window);
       be->merge_heads(a.o + sg.off * qw, reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, mmt(), qw, 1,
                       sg.n, H, hd);
     }
@@ -671,9 +673,10 @@ void GPT::backward(float loss_scale) {
     // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
     matmul_bwd("matmul.wo.dw", "matmul.wo.dx", m.mm_input(m.dres, m.dmm, N * d), a.att_mm, lo.wo, qw, d);
     {
-      PROF("attention", "bwd", 5.0 * B * H * hd * double(T) * (T + 1), 4.0 * N * (4 * qw + 4 * kvw));
+      PROF("attention", "bwd", 10.0 * B * H * hd * double(T) * mean_attended_keys(T, m.cfg.attn_window),
+           4.0 * N * (4 * qw + 4 * kvw));
       be.split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
-      be.attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd);
+      be.attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd, m.cfg.attn_window);
     }
     if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
       PROF("value_embed", "bwd", N * kvw, 20.0 * N * kvw);
@@ -889,8 +892,8 @@ double GPT::flops_per_token(int T) const {
   double mm = double(m.L) * (double(m.qkvw) * m.d + double(m.qw) * m.d + double(m.hw) * m.d +
                              double(m.Hd) * m.d) +
               double(m.Vp) * m.d;
-  // causal attention: a token at position t does q.k and p.v over t+1 keys; averaged over T
-  double att = double(m.L) * 2.0 * m.H * m.hd * (double(T) + 1.0);
+  // causal attention: a token does q.k and p.v over the keys it sees (t+1, or fewer with a window)
+  double att = double(m.L) * 4.0 * m.H * m.hd * mean_attended_keys(T, m.cfg.attn_window);
   return 3.0 * (2.0 * mm + att);  // backward = 2x forward
 }
 

@@ -126,16 +126,17 @@ void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const fl
   }
 }
 
-// max(row[0:lim)), -inf when lim <= 0; lim <= KT. Vectorised, since max is exact in any order (a
-// scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With AVX-512
-// the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole tile
-// with the invisible keys replaced by -inf (left to itself, GCC 12 makes this reduction scalar).
-inline float visible_max(const float* row, int lim) {
+// max(row[lo:lim)), -inf when lim <= lo; 0 <= lo, lim <= KT. Vectorised, since max is exact in any
+// order (a scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With
+// AVX-512 the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole
+// tile with the invisible keys replaced by -inf (left to itself, GCC 12 makes this reduction scalar).
+inline float visible_max(const float* row, int lo, int lim) {
 #if CLM_ISA == CLM_ISA_AVX512
   __m512 vmx = _mm512_set1_ps(-INFINITY);
-  for (int c0 = 0; c0 < lim; c0 += 16) {
-    int left = lim - c0;
+  for (int c0 = lo / 16 * 16; c0 < lim; c0 += 16) {
+    const int left = lim - c0, skip = std::max(0, lo - c0);
     __mmask16 msk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    msk &= (__mmask16)(0xFFFFu << skip);
     vmx = _mm512_mask_max_ps(vmx, msk, vmx, _mm512_loadu_ps(row + c0));
   }
   return _mm512_reduce_max_ps(vmx);
@@ -150,7 +151,7 @@ inline float visible_max(const float* row, int lim) {
   vfloat vmx = neg_inf;
   for (int c0 = 0; c0 < KT; c0 += VL) {
     vfloat x = vload(row + c0);
-    x = lane + c0 < lim ? x : neg_inf;
+    x = lane + c0 < lim && lane + c0 >= lo ? x : neg_inf;
     vmx = x > vmx ? x : vmx;
   }
   float part[VL];
@@ -173,7 +174,7 @@ void load_transposed(const float* x, int k0, int nk, int hd, float* xt) {
 }  // namespace
 
 void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
+                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) {
   const int group = H / Hkv;
   const int nqt = (Tq + QT - 1) / QT;
   const int nkt = (Tk + KT - 1) / KT;
@@ -204,19 +205,26 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
         int last_key = off + q0 + nq - 1;  // largest key any row of this tile may see
-        for (int k0 = 0; k0 <= last_key; k0 += KT) {
+        // smallest key any row may see: the first row's window start (0 without a window)
+        int first_key = window > 0 ? std::max(0, off + q0 - window + 1) : 0;
+        for (int k0 = first_key / KT * KT; k0 <= last_key; k0 += KT) {
           int nk = std::min(KT, last_key + 1 - k0);
           const float* kt = kTb + (k0 / KT) * tile;
           bcast_fma(s.data(), KT, qs.data(), hd, 1, kt, KT, nq, hd, KT, true);  // S = Q K^T
           for (int r = 0; r < nq; ++r) {
             float* sr = s.data() + r * KT;
-            int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0, k0+lim) are visible
-            float mx = std::max(m[r], visible_max(sr, lim));
+            int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0 + lo, k0 + lim) are visible
+            int lo = window > 0 ? std::max(0, off + q0 + r - window + 1 - k0) : 0;
+            float mx = std::max(m[r], visible_max(sr, lo, lim));
+            if (mx == -INFINITY) {  // nothing visible yet (a window that starts past this tile)
+              std::fill(sr, sr + KT, 0.0f);
+              continue;
+            }
             float corr = vexp(m[r] - mx);  // m = -inf the first time -> 0
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int c = 0; c < KT; ++c) {
-              float p = c < lim ? vexp(sr[c] - mx) : 0.0f;
+              float p = c < lim && c >= lo ? vexp(sr[c] - mx) : 0.0f;
               sr[c] = p;
               sum += p;
             }
@@ -242,7 +250,7 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
 
 void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                   int H, int Hkv, int T, int hd) {
+                   int H, int Hkv, int T, int hd, int window) {
   const int group = H / Hkv;
   const float scale = 1.0f / std::sqrt(float(hd));
 #pragma omp parallel
@@ -275,7 +283,9 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
           int nk = std::min(KT, T - k0);
           load_transposed(kb, k0, nk, hd, kt.data());
           load_transposed(vb, k0, nk, hd, vt.data());
-          for (int q0 = (k0 / QT) * QT; q0 < T; q0 += QT) {
+          // Query tiles that see any of these keys: from the tile's own to the last key's window end.
+          const int q_end = window > 0 ? std::min<int64_t>(T, int64_t(k0) + nk - 1 + window) : T;
+          for (int q0 = (k0 / QT) * QT; q0 < q_end; q0 += QT) {
             int nq = std::min(QT, T - q0);
             for (int i = 0; i < nq * hd; ++i) qs[i] = qb[int64_t(q0) * hd + i] * scale;
             // S = (scale q) K^T  and  dP = dO V^T
@@ -284,12 +294,13 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
             for (int r = 0; r < nq; ++r) {
               int t = q0 + r;
               int lim = std::min(nk, t - k0 + 1);
+              int lo = window > 0 ? std::max(0, t - window + 1 - k0) : 0;
               float lt = lb[t], Dt = D[t];
               float* pr = p.data() + r * KT;
               float* dsr = ds.data() + r * KT;
 #pragma omp simd
               for (int c = 0; c < KT; ++c) {
-                float pv = c < lim ? vexp(pr[c] - lt) : 0.0f;
+                float pv = c < lim && c >= lo ? vexp(pr[c] - lt) : 0.0f;
                 pr[c] = pv;
                 dsr[c] = pv * (dsr[c] - Dt) * scale;  // dS w.r.t. the unscaled q.k
               }

@@ -155,13 +155,13 @@ class CpuBackend final : public Backend {
                          qk_norm, cos_t, sin_t, static_cast<float*>(dqkv));
   }
   void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) override {
-    clm::attention_fwd(q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) override {
+    clm::attention_fwd(q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
   }
   void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                      const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                     int H, int Hkv, int T, int hd) override {
-    clm::attention_bwd(q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd);
+                     int H, int Hkv, int T, int hd, int window) override {
+    clm::attention_bwd(q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window);
   }
   void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
     clm::split_heads(x, ld, y, B, T, nh, hd);

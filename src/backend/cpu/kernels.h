@@ -46,12 +46,13 @@
     (dx, rows, T, hd, cos_t, sin_t, pos0))                                                        \
   X(attention_fwd, attention_fwd, void,                                                           \
     (const float* q, const float* k, const float* v, float* o, float* lse, int B, int H, int Hkv, \
-     int Tq, int Tk, int Tk_cap, int hd),                                                         \
-    (q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd))                                             \
+     int Tq, int Tk, int Tk_cap, int hd, int window),                                             \
+    (q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window))                                     \
   X(attention_bwd, attention_bwd, void,                                                           \
     (const float* q, const float* k, const float* v, const float* o, const float* lse,            \
-     const float* dout, float* dq, float* dk, float* dv, int B, int H, int Hkv, int T, int hd),   \
-    (q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd))                                        \
+     const float* dout, float* dq, float* dk, float* dv, int B, int H, int Hkv, int T, int hd,    \
+     int window),                                                                                 \
+    (q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window))                                \
   X(split_heads, split_heads, void,                                                               \
     (const float* x, int64_t ld, float* y, int B, int T, int nh, int hd), (x, ld, y, B, T, nh, hd)) \
   X(merge_heads, merge_heads, void,                                                               \

@@ -50,17 +50,18 @@ void rope_bwd(float* dx, int64_t rows, int T, int hd, const float* cos_t, const 
 
 // --- causal multi-head attention (grouped-query), tiled with an online softmax -------------------
 // q: [B, H, Tq, hd]; k, v: [B, Hkv, Tk_cap, hd] of which the first Tk positions are valid;
-// query i sits at absolute position Tk - Tq + i and attends to keys 0..that position.
+// query i sits at absolute position p = Tk - Tq + i and attends to keys 0..p, or with window > 0
+// to keys p - window + 1..p only (sliding-window attention; window <= 0: all of them).
 // Query head h reads kv head h / (H/Hkv). o: [B, H, Tq, hd]; lse (may be null): [B, H, Tq], the
 // log-sum-exp of the scaled scores, which backward uses to recompute the probabilities.
 // No T x T matrix is ever formed: memory is O(tile^2) per thread.
 void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
+                   int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window);
 // Backward for Tq == Tk == Tk_cap == T. Recomputes scores tile by tile from q, k and lse.
 // Writes dq (=), dk (=), dv (=). Parallel over (b, kv head): deterministic.
 void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                   int H, int Hkv, int T, int hd);
+                   int H, int Hkv, int T, int hd, int window);
 
 // --- head layout changes around attention ---------------------------------------------------------
 // x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd].

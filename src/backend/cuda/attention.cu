@@ -113,11 +113,12 @@ constexpr size_t bwd_smem() {
 }
 
 // Block (bh = b*H + h, query tile): the CPU's attention_fwd task. Query row i of the call sits at
-// absolute position off + i (off = Tk - Tq) and sees keys 0..off+i; keys >= Tk are never read.
+// absolute position off + i (off = Tk - Tq) and sees keys 0..off+i (with window > 0 only the last
+// `window` of them); keys >= Tk are never read.
 template <int HD>
 __global__ void __launch_bounds__(NT)
     attn_fwd_k(const float* q, const float* k, const float* v, float* o, float* lse, int H, int Hkv,
-               int Tq, int Tk, int Tk_cap, int hd, float scale) {
+               int Tq, int Tk, int Tk_cap, int hd, float scale, int window) {
   extern __shared__ float sm[];
   constexpr int LD = HD + 1, NC = HD / 16;
   float* sQ = sm;
@@ -139,7 +140,8 @@ __global__ void __launch_bounds__(NT)
     for (int c = 0; c < NC; ++c) acc[i][c] = 0.0f;
   }
   const int last_key = off + q0 + nq - 1;
-  for (int k0 = 0; k0 <= last_key; k0 += TILE) {
+  const int first_key = window > 0 ? max(0, off + q0 - window + 1) : 0;  // the first row's window
+  for (int k0 = first_key / TILE * TILE; k0 <= last_key; k0 += TILE) {
     const int nk = min(TILE, Tk - k0);
     __syncthreads();  // the previous tile's readers of sKV and sP are done
     load_rows<HD>(sKV, kb + int64_t(k0) * hd, nk, hd, 1.0f);
@@ -153,18 +155,19 @@ __global__ void __launch_bounds__(NT)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = ty * 4 + i;
-      const int lim = r < nq ? min(nk, off + q0 + r - k0 + 1) : 0;  // keys [k0, k0+lim) visible
+      const int lim = r < nq ? min(nk, off + q0 + r - k0 + 1) : 0;  // keys [k0+lo, k0+lim) visible
+      const int lo = window > 0 ? max(0, off + q0 + r - window + 1 - k0) : 0;
       float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        if (tx + 16 * j < lim) mx = fmaxf(mx, s[i][j]);
+        if (tx + 16 * j < lim && tx + 16 * j >= lo) mx = fmaxf(mx, s[i][j]);
       mx = half_warp_max(mx);
       const float mnew = fmaxf(m[i], mx);
       const float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - mnew);
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float p = tx + 16 * j < lim ? expf(s[i][j] - mnew) : 0.0f;
+        const float p = tx + 16 * j < lim && tx + 16 * j >= lo ? expf(s[i][j] - mnew) : 0.0f;
         s[i][j] = p;
         sum += p;
       }
@@ -212,7 +215,8 @@ template <int HD>
 __device__ __forceinline__ void probs_and_ds(float (&p)[4][4], float (&ds)[4][4], const float* sQ,
                                              const float* sdO, const float* sK, const float* sV,
                                              const float* sL, const float* sD, int q0, int nq,
-                                             int k0, int nk, float scale, int ty, int tx) {
+                                             int k0, int nk, float scale, int window, int ty,
+                                             int tx) {
   float dp[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -226,7 +230,7 @@ __device__ __forceinline__ void probs_and_ds(float (&p)[4][4], float (&ds)[4][4]
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int c = tx + 16 * j;
-      const bool vis = r < nq && c < nk && k0 + c <= q0 + r;
+      const bool vis = r < nq && c < nk && k0 + c <= q0 + r && (window <= 0 || q0 + r - (k0 + c) < window);
       const float pv = vis ? expf(p[i][j] * scale - sL[r]) : 0.0f;
       p[i][j] = pv;
       ds[i][j] = pv * (dp[i][j] - sD[r]) * scale;
@@ -253,7 +257,7 @@ template <int HD>
 __global__ void __launch_bounds__(NT)
     attn_bwd_dkdv_k(const float* q, const float* k, const float* v, const float* lse,
                     const float* D, const float* dout, float* dk, float* dv, int H, int Hkv, int T,
-                    int hd, float scale) {
+                    int hd, float scale, int window) {
   extern __shared__ float sm[];
   constexpr int LD = HD + 1, NC = HD / 16;
   float* sK = sm;
@@ -275,13 +279,15 @@ __global__ void __launch_bounds__(NT)
     for (int c = 0; c < NC; ++c) gk[i][c] = gv[i][c] = 0.0f;
   for (int hh = 0; hh < group; ++hh) {
     const int64_t bh = int64_t(b) * H + int64_t(kvh) * group + hh;
-    for (int q0 = k0; q0 < T; q0 += TILE) {  // query tiles that see any of these keys
+    // query tiles that see any of these keys: up to the last key's window end
+    const int q_end = window > 0 ? int(min(int64_t(T), int64_t(k0) + nk - 1 + window)) : T;
+    for (int q0 = k0; q0 < q_end; q0 += TILE) {
       const int nq = min(TILE, T - q0);
       __syncthreads();
       load_query_tile<HD>(sQ, sdO, sL, sD, q, dout, lse, D, bh, T, q0, nq, hd);
       __syncthreads();
       float p[4][4], ds[4][4];
-      probs_and_ds<HD>(p, ds, sQ, sdO, sK, sV, sL, sD, q0, nq, k0, nk, scale, ty, tx);
+      probs_and_ds<HD>(p, ds, sQ, sdO, sK, sV, sL, sD, q0, nq, k0, nk, scale, window, ty, tx);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -316,7 +322,8 @@ __global__ void __launch_bounds__(NT)
 template <int HD>
 __global__ void __launch_bounds__(NT)
     attn_bwd_dq_k(const float* q, const float* k, const float* v, const float* lse, const float* D,
-                  const float* dout, float* dq, int H, int Hkv, int T, int hd, float scale) {
+                  const float* dout, float* dq, int H, int Hkv, int T, int hd, float scale,
+                  int window) {
   extern __shared__ float sm[];
   constexpr int LD = HD + 1, NC = HD / 16;
   float* sK = sm;
@@ -336,14 +343,15 @@ __global__ void __launch_bounds__(NT)
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int c = 0; c < NC; ++c) gq[i][c] = 0.0f;
-  for (int k0 = 0; k0 < q0 + nq; k0 += TILE) {
+  const int first_key = window > 0 ? max(0, q0 - window + 1) : 0;  // the first row's window
+  for (int k0 = first_key / TILE * TILE; k0 < q0 + nq; k0 += TILE) {
     const int nk = min(TILE, T - k0);
     __syncthreads();
     load_rows<HD>(sK, k + (bk * T + k0) * hd, nk, hd, 1.0f);
     load_rows<HD>(sV, v + (bk * T + k0) * hd, nk, hd, 1.0f);
     __syncthreads();
     float p[4][4], ds[4][4];
-    probs_and_ds<HD>(p, ds, sQ, sdO, sK, sV, sL, sD, q0, nq, k0, nk, scale, ty, tx);
+    probs_and_ds<HD>(p, ds, sQ, sdO, sK, sV, sL, sD, q0, nq, k0, nk, scale, window, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -371,25 +379,25 @@ void allow_smem(K kernel, size_t bytes) {
 
 template <int HD>
 void fwd_launch(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
-                float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
+                float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) {
   allow_smem(attn_fwd_k<HD>, fwd_smem<HD>());
   const dim3 grid(unsigned(B * H), unsigned((Tq + TILE - 1) / TILE));
   attn_fwd_k<HD><<<grid, NT, fwd_smem<HD>(), st>>>(q, k, v, o, lse, H, Hkv, Tq, Tk, Tk_cap, hd,
-                                                   1.0f / sqrtf(float(hd)));
+                                                   1.0f / sqrtf(float(hd)), window);
 }
 
 template <int HD>
 void bwd_launch(cudaStream_t st, const float* q, const float* k, const float* v, const float* lse,
                 const float* D, const float* dout, float* dq, float* dk, float* dv, int B, int H,
-                int Hkv, int T, int hd) {
+                int Hkv, int T, int hd, int window) {
   const float scale = 1.0f / sqrtf(float(hd));
   const unsigned tiles = unsigned((T + TILE - 1) / TILE);
   allow_smem(attn_bwd_dkdv_k<HD>, bwd_smem<HD>());
   allow_smem(attn_bwd_dq_k<HD>, bwd_smem<HD>());
   attn_bwd_dkdv_k<HD><<<dim3(unsigned(B * Hkv), tiles), NT, bwd_smem<HD>(), st>>>(
-      q, k, v, lse, D, dout, dk, dv, H, Hkv, T, hd, scale);
+      q, k, v, lse, D, dout, dk, dv, H, Hkv, T, hd, scale, window);
   attn_bwd_dq_k<HD><<<dim3(unsigned(B * H), tiles), NT, bwd_smem<HD>(), st>>>(
-      q, k, v, lse, D, dout, dq, H, Hkv, T, hd, scale);
+      q, k, v, lse, D, dout, dq, H, Hkv, T, hd, scale, window);
 }
 
 }  // namespace
@@ -402,12 +410,12 @@ size_t attention_smem_bytes(int hd) {
 }
 
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
-                   float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) {
+                   float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) {
   if (int64_t(B) * H * Tq == 0) return;
   if (hd <= 64)
-    fwd_launch<64>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+    fwd_launch<64>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
   else
-    fwd_launch<128>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+    fwd_launch<128>(st, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
 }
 
 size_t attention_bwd_scratch(int B, int H, int T) {
@@ -416,16 +424,16 @@ size_t attention_bwd_scratch(int B, int H, int T) {
 
 void attention_bwd(cudaStream_t st, const float* q, const float* k, const float* v, const float* o,
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                   int H, int Hkv, int T, int hd, void* scratch) {
+                   int H, int Hkv, int T, int hd, int window, void* scratch) {
   const int64_t rows = int64_t(B) * H * T;
   if (rows == 0) return;
   float* D = static_cast<float*>(scratch);
   attn_rowdot_k<<<unsigned((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, st>>>(dout, o, D,
                                                                                       rows, hd);
   if (hd <= 64)
-    bwd_launch<64>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
+    bwd_launch<64>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd, window);
   else
-    bwd_launch<128>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd);
+    bwd_launch<128>(st, q, k, v, lse, D, dout, dq, dk, dv, B, H, Hkv, T, hd, window);
 }
 
 }  // namespace clm::cuda

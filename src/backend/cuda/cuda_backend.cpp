@@ -259,18 +259,18 @@ class CudaBackend final : public Backend {
     launched("qkv_heads_bwd");
   }
   void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd) override {
+                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) override {
     use();
     check_head_dim(hd);
-    cuda::attention_fwd(st_, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd);
+    cuda::attention_fwd(st_, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
     launched("attention_fwd");
   }
   void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                      const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                     int H, int Hkv, int T, int hd) override {
+                     int H, int Hkv, int T, int hd, int window) override {
     use();
     check_head_dim(hd);
-    cuda::attention_bwd(st_, q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd,
+    cuda::attention_bwd(st_, q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window,
                         scratch(cuda::attention_bwd_scratch(B, H, T)));
     launched("attention_bwd");
   }

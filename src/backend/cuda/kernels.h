@@ -52,11 +52,11 @@ int attention_max_head_dim();
 // backward): more than the 48 KiB default, so a device must offer it as opt-in.
 size_t attention_smem_bytes(int hd);
 void attention_fwd(cudaStream_t st, const float* q, const float* k, const float* v, float* o,
-                   float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd);
+                   float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window);
 size_t attention_bwd_scratch(int B, int H, int T);
 void attention_bwd(cudaStream_t st, const float* q, const float* k, const float* v, const float* o,
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                   int H, int Hkv, int T, int hd, void* scratch);
+                   int H, int Hkv, int T, int hd, int window, void* scratch);
 
 // ---- MLP activations (act: 0 relu2, 1 gelu (tanh form), 2 swiglu) -------------------------------
 void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
