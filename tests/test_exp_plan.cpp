@@ -108,6 +108,20 @@ TEST(ExpPlan, RunsAreReadAsLawPoints) {
   EXPECT_EQ(pts[0].bpb, 2.5);
   EXPECT_EQ(pts[1].train_bytes, 8e5);
   EXPECT_THROW(law_points_from_runs({root + "/missing"}), Error);
+  // A run whose dataset is here counts its tokens at the training split's bytes per token (5.0
+  // here, against 4.0 on the val positions its summary records).
+  const std::string data = root + "/data";
+  fs::copy(tiny_dataset(), data, fs::copy_options::recursive);
+  nlohmann::json m = nlohmann::json::parse(read_file(data + "/manifest.json"));
+  m["splits"]["train"]["tokens"] = 1000;
+  m["splits"]["train"]["bytes"] = 5000;
+  atomic_write(data + "/manifest.json", m.dump(2));
+  write_run(fs::path(root) / "with_data", 4, 1e5, 2.4);
+  atomic_write(root + "/with_data/run.json", nlohmann::json{{"dataset", {{"dir", data}}}}.dump());
+  const std::vector<LawPoint> here = law_points_from_runs({root + "/with_data"});
+  ASSERT_EQ(here.size(), 1u);
+  EXPECT_EQ(here[0].train_bytes, 5e5);
+  fs::remove_all(root + "/with_data");
   // A points file (as --fit-only prints them) adds recorded points to the run folders' ones.
   const std::string pts_file = root + "/points.jsonl";
   {

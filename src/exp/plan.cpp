@@ -131,20 +131,24 @@ ScalingLaw fit_grid(const std::vector<LawPoint>& pts) {
 // The inputs (vocabulary, bytes per token) that the candidates are planned for.
 struct PlanData {
   int vocab = 8192;
-  double bytes_per_token = 3.8;  // English text at a vocabulary of 8192 (the built-in law's data)
+  double bytes_per_token = 4.03;  // English text at a vocabulary of 8192 (the built-in law's data)
 };
+
+// Bytes per token of a dataset's training split (manifest.json), 0 when it records none. D, the
+// law's training bytes, is tokens times this, in the fit's points and in the plan alike.
+double train_bytes_per_token(const DatasetInfo& info) {
+  const nlohmann::json& tr = info.manifest.at("splits").at("train");
+  const double bytes = tr.value("bytes", 0.0), tokens = tr.value("tokens", 0.0);
+  return bytes > 0 && tokens > 0 ? bytes / tokens : 0.0;
+}
 
 PlanData plan_data(const std::string& dir) {
   PlanData d;
   if (dir.empty()) return d;
   const DatasetInfo info = read_dataset_info(dir);
   d.vocab = int(info.vocab_size);
-  // Bytes per token of the val split, as the law's points measure it (a run's summary records its
-  // val bytes per token, not its training split's), so D means the same in the fit and the plan.
-  const nlohmann::json& va = info.manifest.at("splits").at("val");
-  const double bytes = va.value("bytes", 0.0), tokens = va.value("tokens", 0.0);
-  if (!(bytes > 0 && tokens > 0)) fail("plan: {} records no val bytes and tokens in manifest.json", dir);
-  d.bytes_per_token = bytes / tokens;
+  d.bytes_per_token = train_bytes_per_token(info);
+  if (!(d.bytes_per_token > 0)) fail("plan: {} records no train bytes and tokens in manifest.json", dir);
   return d;
 }
 
@@ -235,7 +239,17 @@ std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths
     LawPoint p;
     p.run = d.string();
     p.matrix_params = double(count_params(rc.model).matrix);
-    const double bpt = s.contains("val") ? s["val"].value("bytes_per_token", 0.0) : 0.0;
+    // The training split's bytes per token, from the dataset the run names in run.json when it is
+    // here; else the bytes per token of the val positions the run scored (within a few percent of
+    // it for the same text and tokenizer).
+    double bpt = 0;
+    try {
+      const nlohmann::json rj = nlohmann::json::parse(read_file((d / "run.json").string()));
+      bpt = train_bytes_per_token(read_dataset_info(rj.at("dataset").at("dir").get<std::string>()));
+    } catch (const std::exception&) {
+      bpt = 0;
+    }
+    if (!(bpt > 0)) bpt = s.contains("val") ? s["val"].value("bytes_per_token", 0.0) : 0.0;
     p.train_bytes = s.value("tokens", 0.0) * bpt;
     p.bpb = s.value("val_bpb", 0.0);
     if (p.matrix_params > 0 && p.train_bytes > 0 && p.bpb > 0) out.push_back(p);
