@@ -39,16 +39,17 @@ std::string temp_dir(const std::string& name) {
 TEST(Config, SpeedrunPresetsResolveAndValidate) {
   struct Want {
     const char* name;
-    int n_layer, d_model, seq_len;
+    int n_layer, d_model, seq_len, value_embeds;
     double budget;
   };
-  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 600}, Want{"speedrun-30m", 4, 256, 1024, 1800}}) {
+  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600}, Want{"speedrun-30m", 4, 256, 1024, 0, 1800}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;
     EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
     EXPECT_EQ(c.model.d_model, w.d_model) << w.name;
     EXPECT_EQ(c.model.seq_len, w.seq_len) << w.name;
     EXPECT_EQ(c.model.bigram_buckets, 0) << w.name;
+    EXPECT_EQ(c.model.value_embeds, w.value_embeds) << w.name;
     EXPECT_EQ(c.train.batch_tokens, 4096) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
   }
