@@ -260,11 +260,12 @@ TEST(DistTrain, CheckpointWritesStayOffEveryRanksClock) {
   SKIP_WITHOUT_MPI();
   const std::string bin = CLOCKLM_BINARY, run = temp_run("dp_ckpt_clock");
   // A checkpoint after every step (deterministic cadence: 900 budget-seconds a step), and rank 0's
-  // disk takes 1.5 s per checkpoint. Writing is off the clock in one process, so it must be on every
+  // disk takes 2.5 s per checkpoint. Writing is off the clock in one process, so it must be on every
   // rank: rank 1 waits at the checkpoint's barrier, not in the next step's collective, and the
-  // budget used (the slowest rank's step times) stays that of four tiny steps, far below the 4.5 s
-  // the three periodic writes take.
-  CmdResult r = run_cmd("CLOCKLM_FAULT=slow-write:.ckpt:1500@0 timeout 300 " + bin + " train" + kTiny +
+  // budget used (the slowest rank's step times) stays that of four tiny steps, far below the 7.5 s
+  // the three periodic writes take. (Four tiny steps take ~0.7 s in the sanitizer build, ~1.7 s when
+  // other tests share its two cores: hence the margin on both sides of the 3 s bound.)
+  CmdResult r = run_cmd("CLOCKLM_FAULT=slow-write:.ckpt:2500@0 timeout 300 " + bin + " train" + kTiny +
                         " --set train.threads=1 --set max_steps=4 --set eval_every_seconds=0"
                         " --set checkpoint_every_seconds=900 --set keep_checkpoints=5 --budget 1h --data " +
                         tiny_dataset() + " --nproc 2 --out " + run);
@@ -272,7 +273,7 @@ TEST(DistTrain, CheckpointWritesStayOffEveryRanksClock) {
   int ckpts = 0;
   for (const auto& e : fs::directory_iterator(run + "/checkpoints")) ckpts += e.path().extension() == ".ckpt";
   EXPECT_EQ(ckpts, 4) << "a checkpoint after each step, the last being the final one";
-  EXPECT_LT(summary_of(run)["device_seconds"].get<double>(), 1.4) << r.out;
+  EXPECT_LT(summary_of(run)["device_seconds"].get<double>(), 3.0) << r.out;
   fs::remove_all(run);
 }
 
