@@ -25,7 +25,8 @@ namespace {
 
 ScalingLaw known_law() {
   ScalingLaw l;
-  l.E = 0.7, l.A = 0.6, l.alpha = 0.35, l.B = 3.0, l.beta = 0.3;  // exponents on the fit's grid
+  // On the fit's coarse grid: alpha 0.02 + 0.04 i, beta 0.05 j, log10 K 0.25 k.
+  l.E = 0.7, l.B = 3.0, l.K = std::pow(10.0, 0.5), l.alpha = 0.34, l.beta = 0.3;
   return l;
 }
 
@@ -62,13 +63,31 @@ TEST(ExpPlan, FitRecoversAKnownLaw) {
   EXPECT_NEAR(f.alpha, truth.alpha, 1e-9);
   EXPECT_NEAR(f.beta, truth.beta, 1e-9);
   EXPECT_NEAR(f.E, truth.E, 1e-6);
-  EXPECT_NEAR(f.A, truth.A, 1e-6);
   EXPECT_NEAR(f.B, truth.B, 1e-6);
+  EXPECT_NEAR(f.K, truth.K, 1e-6);
   EXPECT_LT(f.rms, 1e-6);
   EXPECT_LT(f.loo_rel_error, 1e-6);
   EXPECT_EQ(f.points, 20);
   // Predictions between the fitted points.
   EXPECT_NEAR(f.predict(3e6, 50e6), truth.predict(3e6, 50e6), 1e-6);
+  // Off the coarse grid, the refined grid still reproduces the law well within its points' range.
+  ScalingLaw off = truth;
+  off.alpha = 0.357, off.beta = 0.317, off.K = 2.4;
+  const ScalingLaw g = fit_scaling_law(points_of(off));
+  EXPECT_LT(g.rms, 2e-3);
+  EXPECT_NEAR(g.predict(3e6, 50e6), off.predict(3e6, 50e6), 5e-3);
+}
+
+TEST(ExpPlan, LawLetsASmallModelSaturateSooner) {
+  // More data helps the small model less than the large one: the size x data interaction that an
+  // additive law lacks.
+  const ScalingLaw l = known_law();
+  const double gain_small = l.predict(0.5e6, 10e6) - l.predict(0.5e6, 100e6);
+  const double gain_large = l.predict(12e6, 10e6) - l.predict(12e6, 100e6);
+  EXPECT_LT(gain_small, gain_large);
+  // The limits: unlimited data leaves E + B K^beta N^-alpha; an unlimited model E + B D^-beta.
+  EXPECT_NEAR(l.predict(2e6, 1e30), l.E + l.B * std::pow(l.K, l.beta) * std::pow(2.0, -l.alpha), 1e-9);
+  EXPECT_NEAR(l.predict(1e30, 5e6), l.E + l.B * std::pow(5.0, -l.beta), 1e-9);
 }
 
 TEST(ExpPlan, FitKeepsCoefficientsNonNegativeOnNoisyData) {
@@ -76,8 +95,8 @@ TEST(ExpPlan, FitKeepsCoefficientsNonNegativeOnNoisyData) {
   for (size_t i = 0; i < pts.size(); ++i) pts[i].bpb += (i % 2 ? 0.01 : -0.01);
   const ScalingLaw f = fit_scaling_law(pts);
   EXPECT_GE(f.E, 0);
-  EXPECT_GE(f.A, 0);
   EXPECT_GE(f.B, 0);
+  EXPECT_GT(f.K, 0);
   EXPECT_NEAR(f.rms, 0.01, 0.005);
   EXPECT_GT(f.loo_rel_error, 0);
 }

@@ -14,11 +14,14 @@
 
 namespace clm {
 
-// bpb(N, D) = E + A * (N / 1e6)^-alpha + B * (D / 1e6)^-beta, where N counts the matrix
+// bpb(N, D) = E + B * (K * (N / 1e6)^(-alpha/beta) + (D / 1e6)^-1)^beta, where N counts the matrix
 // (non-embedding) parameters and D the training bytes seen (tokens x bytes per token, so runs with
-// different vocabularies share one axis). E, A, B >= 0.
+// different vocabularies share one axis). E, B, K >= 0. With unlimited data it falls as N^-alpha
+// towards E + B K^beta N^-alpha, with an unlimited model as D^-beta towards E + B D^-beta; in between
+// the two limits interact: a small model stops gaining from more data sooner than a large one, which
+// an additive law E + A N^-alpha + B D^-beta cannot express.
 struct ScalingLaw {
-  double E = 0, A = 0, alpha = 0, B = 0, beta = 0;
+  double E = 0, B = 0, K = 0, alpha = 0, beta = 0;
   int points = 0;            // runs it was fitted to
   double rms = 0;            // root-mean-square residual on them (bpb)
   double loo_rel_error = 0;  // mean |predicted - measured| / measured, each run left out in turn
@@ -39,8 +42,9 @@ struct LawPoint {
 // "bpb"} and optionally "run" (what law_point_json writes), so a fit can include runs whose folders
 // are on another machine.
 std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths);
-// Least squares over a grid of exponents (E, A, B >= 0 solved exactly for each); at least 4 points
-// with at least 2 model sizes and 2 amounts of data, else an Error saying what is missing.
+// Least squares over a grid of (alpha, beta, K), coarse then refined around the best (E, B >= 0
+// solved exactly for each); at least 4 points with at least 2 model sizes and 2 amounts of data,
+// else an Error saying what is missing.
 ScalingLaw fit_scaling_law(const std::vector<LawPoint>& points);
 nlohmann::json law_point_json(const LawPoint& p);
 // The law fitted to this project's own CPU runs (docs/TRAINING.md, "Planning a run").
