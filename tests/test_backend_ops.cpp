@@ -1103,11 +1103,12 @@ TEST_P(BackendOps, AdamWUpdate) {
   //   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
   // fp32 state: m and v to 1e-6 of the magnitude of their terms (m's terms can cancel); p to
   // 1e-6 (an update is ~lr = 1e-2, so a missing bias correction or decay term is off by 1e-3 or
-  // more).
+  // more). Cautious: the decay only where m (the update's sign) and p agree in sign.
   Backend& b = be();
   const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.5f;
+  for (bool cautious : {false, true})
   for (int64_t n : {int64_t(1000), int64_t(70001)}) {
-    SCOPED_TRACE(n);
+    SCOPED_TRACE(testing::Message() << "n " << n << " cautious " << cautious);
     VecF p = randn(n, 151);
     Dev<float> pd(b, p), md(b, VecF(n, 0.0f)), vd(b, VecF(n, 0.0f));
     VecD P = to_d(p), M(n, 0.0), Vv(n, 0.0), Ms(n, 0.0);
@@ -1116,14 +1117,15 @@ TEST_P(BackendOps, AdamWUpdate) {
       for (int64_t i = 0; i < n; i += 17) g[i] = 0.0f;          // no gradient: eps decides
       for (int64_t i = 5; i < n; i += 23) g[i] *= 1e-6f;        // tiny: sqrt(v) ~ eps
       Dev<float> gd(b, g);
-      b.adamw_update(pd.p(), gd.p(), md.p(), vd.p(), n, gscale, lr, b1, b2, eps, wd, t);
+      b.adamw_update(pd.p(), gd.p(), md.p(), vd.p(), n, gscale, lr, b1, b2, eps, wd, t, cautious);
       const double bc1 = 1 - std::pow(double(b1), double(t)), bc2 = 1 - std::pow(double(b2), double(t));
       for (int64_t i = 0; i < n; ++i) {
         double gg = double(g[i]) * gscale;
         Ms[i] = double(b1) * Ms[i] + (1 - double(b1)) * std::abs(gg);  // carried like m, without signs
         M[i] = double(b1) * M[i] + (1 - double(b1)) * gg;
         Vv[i] = double(b2) * Vv[i] + (1 - double(b2)) * gg * gg;
-        P[i] = P[i] * (1 - double(lr) * wd) - double(lr) * (M[i] / bc1) / (std::sqrt(Vv[i] / bc2) + eps);
+        const double decay = cautious && !(M[i] * P[i] > 0) ? 1.0 : 1 - double(lr) * wd;
+        P[i] = P[i] * decay - double(lr) * (M[i] / bc1) / (std::sqrt(Vv[i] / bc2) + eps);
       }
       SCOPED_TRACE(t);
       expect_close(md.get(), M, 1e-20, 1e-6, "m", &Ms);
@@ -1162,16 +1164,21 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
         expect_close(bufd.get(), B, 1e-7, 1e-6, "buf", &Bs);
         expect_close(u.get(), U, 1e-7, 1e-6, "u", &Us);
       }
-      VecF p = randn(n, 163), o = randn(n, 164);
-      Dev<float> pd(b, p), od(b, o);
-      const float lr = 0.02f, sc = 1.5f, wd = 0.1f;
-      b.muon_apply(pd.p(), od.p(), n, lr, sc, wd);
-      VecD P(n), Ps(n);
-      for (int64_t i = 0; i < n; ++i) {
-        P[i] = p[i] * (1 - double(lr) * wd) - double(lr) * sc * o[i];
-        Ps[i] = std::abs(p[i] * (1 - double(lr) * wd)) + std::abs(double(lr) * sc * o[i]);
+      // Cautious: the decay only where o (the update's sign) and p agree in sign.
+      for (bool cautious : {false, true}) {
+        SCOPED_TRACE(cautious ? "cautious" : "plain");
+        VecF p = randn(n, 163), o = randn(n, 164);
+        Dev<float> pd(b, p), od(b, o);
+        const float lr = 0.02f, sc = 1.5f, wd = 0.1f;
+        b.muon_apply(pd.p(), od.p(), n, lr, sc, wd, cautious);
+        VecD P(n), Ps(n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double decay = cautious && !(double(o[i]) * p[i] > 0) ? 1.0 : 1 - double(lr) * wd;
+          P[i] = p[i] * decay - double(lr) * sc * o[i];
+          Ps[i] = std::abs(p[i] * decay) + std::abs(double(lr) * sc * o[i]);
+        }
+        expect_close(pd.get(), P, 1e-7, 1e-6, "p", &Ps);
       }
-      expect_close(pd.get(), P, 1e-7, 1e-6, "p", &Ps);
     }
 }
 

@@ -549,7 +549,7 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
   for (auto& x : v0) x = x * x;
   const float gscale = 0.7f, lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const int64_t t = 3;
-  VecD pref(n), mref(n), vref(n);
+  VecD pref(n), mref(n), vref(n), pcref(n);  // pcref: cautious weight decay
   {
     double bc1 = 1 - std::pow(double(b1), double(t)), bc2 = 1 - std::pow(double(b2), double(t));
     for (int64_t i = 0; i < n; ++i) {
@@ -558,27 +558,36 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
       vref[i] = b2 * double(v0[i]) + (1 - double(b2)) * gi * gi;
       pref[i] = double(p0[i]) * (1 - double(lr) * wd) -
                 lr * (mref[i] / bc1) / (std::sqrt(vref[i] / bc2) + eps);
+      pcref[i] = double(p0[i]) * (mref[i] * p0[i] > 0 ? 1 - double(lr) * wd : 1.0) -
+                 lr * (mref[i] / bc1) / (std::sqrt(vref[i] / bc2) + eps);
     }
   }
   const float mu = 0.95f, scale = 0.2f;
-  VecD bufref(n), uref(n), paref(n);
+  VecD bufref(n), uref(n), paref(n), pacref(n);
   for (int64_t i = 0; i < n; ++i) {
     double gi = double(g[i]) * gscale;
     bufref[i] = mu * double(m0[i]) + gi;
     uref[i] = gi + mu * bufref[i];  // nesterov
     paref[i] = double(p0[i]) * (1 - double(lr) * wd) - double(lr) * scale * uref[i];
+    pacref[i] = double(p0[i]) * (uref[i] * p0[i] > 0 ? 1 - double(lr) * wd : 1.0) - double(lr) * scale * uref[i];
   }
   for_each_isa([&](const std::string&) {
     VecF p = p0, m = m0, v = v0;
-    adamw_update(p.data(), g.data(), m.data(), v.data(), n, gscale, lr, b1, b2, eps, wd, t);
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, gscale, lr, b1, b2, eps, wd, t, false);
     expect_close(to_d(m), mref, 1e-5, 1e-6, "adamw m");
     expect_close(to_d(v), vref, 1e-5, 1e-6, "adamw v");
     expect_close(to_d(p), pref, 1e-5, 1e-6, "adamw p");
+    VecF pc = p0, mc = m0, vc = v0;
+    adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, gscale, lr, b1, b2, eps, wd, t, true);
+    expect_close(to_d(pc), pcref, 1e-5, 1e-6, "adamw p, cautious");
     VecF buf = m0, u(n), pa = p0;
     muon_momentum(g.data(), buf.data(), u.data(), n, gscale, mu, true);
     expect_close(to_d(buf), bufref, 1e-5, 1e-6, "muon buf");
     expect_close(to_d(u), uref, 1e-5, 1e-6, "muon u");
-    muon_apply(pa.data(), u.data(), n, lr, scale, wd);
+    VecF pac = p0;
+    muon_apply(pa.data(), u.data(), n, lr, scale, wd, false);
     expect_close(to_d(pa), paref, 1e-5, 1e-6, "muon apply");
+    muon_apply(pac.data(), u.data(), n, lr, scale, wd, true);
+    expect_close(to_d(pac), pacref, 1e-5, 1e-6, "muon apply, cautious");
   });
 }

@@ -157,12 +157,15 @@ class Backend {
   virtual void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) {
     for (int i = 0; i < count; ++i) out[i] = sum_squares(xs[i], ns[i]);
   }
+  // Decoupled weight decay p *= 1 - lr wd; with `cautious` only where the update (the step
+  // subtracted from p) has p's sign, i.e. already moves p towards zero.
   virtual void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                            float lr, float beta1, float beta2, float eps, float wd, int64_t t) = 0;
+                            float lr, float beta1, float beta2, float eps, float wd, int64_t t,
+                            bool cautious) = 0;
   virtual void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale,
                              float mu, bool nesterov) = 0;
   virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
-                          float wd) = 0;
+                          float wd, bool cautious) = 0;
   // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; matmuls in
   // `prec`.
   virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols,

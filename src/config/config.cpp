@@ -36,6 +36,7 @@ void add_group(std::vector<Field>& f, const std::string& prefix, OptimGroup& g) 
   f.push_back({prefix + ".ns_precision", &g.ns_precision});
   f.push_back({prefix + ".ns_coeffs", &g.ns_coeffs});
   f.push_back({prefix + ".weight_decay", &g.weight_decay});
+  f.push_back({prefix + ".cautious_wd", &g.cautious_wd});
 }
 
 std::vector<Field> fields_of(RunConfig& c) {

@@ -338,7 +338,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
       ProfScope ps(s.prof, kAdamNames[gi], "optim", 12.0 * double(n), 4.0 * 7.0 * double(n));
       for (const OptState& st : s.states)
         if (st.group == gi && st.owned) s.be->adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
-                                         g.eps, wd, s.t[gi]);
+                                         g.eps, wd, s.t[gi], g.cautious_wd);
     } else {
       const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
       for (const OptState& st : s.states) {
@@ -359,7 +359,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
           // the per-element update RMS comparable for tall matrices.
           const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
-          s.be->muon_apply(st.p->data, s.scratch_o.as<float>(), st.n, lr, scale, wd);
+          s.be->muon_apply(st.p->data, s.scratch_o.as<float>(), st.n, lr, scale, wd, g.cautious_wd);
         }
       }
     }

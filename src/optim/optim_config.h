@@ -16,6 +16,9 @@ struct OptimGroup {            // hyper-parameters of one parameter group
   // Express: per-step coefficients that orthogonalise further in the same steps)
   std::string ns_coeffs = "quintic";
   float weight_decay = 0.0f;
+  // Cautious weight decay: decay only the elements whose update already moves them towards zero
+  // (update and parameter of the same sign), so the decay never works against the gradient.
+  bool cautious_wd = false;
   // muon: Newton-Schulz matmul inputs, auto | bf16 | fp32 (fp32 accumulation either way); auto
   // follows the device as model.matmul_precision does.
   std::string ns_precision = "auto";

@@ -200,15 +200,17 @@ class CpuBackend final : public Backend {
 
   double sum_squares(const float* x, int64_t n) override { return clm::sum_squares(x, n); }
   void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                    float lr, float beta1, float beta2, float eps, float wd, int64_t t) override {
-    clm::adamw_update(p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t);
+                    float lr, float beta1, float beta2, float eps, float wd, int64_t t,
+                    bool cautious) override {
+    clm::adamw_update(p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious);
   }
   void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
                      bool nesterov) override {
     clm::muon_momentum(grad, buf, u, n, gscale, mu, nesterov);
   }
-  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) override {
-    clm::muon_apply(p, o, n, lr, scale, wd);
+  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd,
+                  bool cautious) override {
+    clm::muon_apply(p, o, n, lr, scale, wd, cautious);
   }
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {

@@ -96,13 +96,14 @@
   X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                        \
   X(adamw_update, adamw_update, void,                                                             \
     (float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr,          \
-     float beta1, float beta2, float eps, float wd, int64_t t),                                   \
-    (p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t))                                     \
+     float beta1, float beta2, float eps, float wd, int64_t t, bool cautious),                    \
+    (p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious))                           \
   X(muon_momentum, muon_momentum, void,                                                           \
     (const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov),  \
     (grad, buf, u, n, gscale, mu, nesterov))                                                      \
   X(muon_apply, muon_apply, void,                                                                 \
-    (float* p, const float* o, int64_t n, float lr, float scale, float wd), (p, o, n, lr, scale, wd)) \
+    (float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious),         \
+    (p, o, n, lr, scale, wd, cautious))                                                           \
   X(f32_to_bf16, f32_to_bf16, void, (const float* x, bf16* y, int64_t n), (x, y, n))             \
   X(bf16_to_f32, bf16_to_f32, void, (const bf16* x, float* y, int64_t n), (x, y, n))
 

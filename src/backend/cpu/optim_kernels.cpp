@@ -41,7 +41,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr, float beta1,
-                  float beta2, float eps, float wd, int64_t t) {
+                  float beta2, float eps, float wd, int64_t t, bool cautious) {
   const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
   const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
   const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - lr * wd;
@@ -52,7 +52,10 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    const float pi = p[i];
+    // The update subtracted is step * mi / (...), of mi's sign.
+    const float d = cautious && !(mi * pi > 0.0f) ? 1.0f : decay;
+    p[i] = pi * d - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
   }
 }
 
@@ -66,10 +69,13 @@ void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gsc
   }
 }
 
-void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) {
+void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious) {
   const float decay = 1.0f - lr * wd, step = lr * scale;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay - step * o[i];
+  for (int64_t i = 0; i < n; ++i) {
+    const float pi = p[i], d = cautious && !(o[i] * pi > 0.0f) ? 1.0f : decay;
+    p[i] = pi * d - step * o[i];
+  }
 }
 
 CLM_ISA_END

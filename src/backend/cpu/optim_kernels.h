@@ -12,12 +12,13 @@ double sum_squares(const float* x, int64_t n);
 // One AdamW step on n elements (PyTorch semantics, decoupled weight decay):
 //   g = grad*gscale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
 //   p *= 1 - lr*wd;  p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+// cautious: the decay only where m * p > 0 (the update already moves p towards zero).
 void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr, float beta1,
-                  float beta2, float eps, float wd, int64_t t);
+                  float beta2, float eps, float wd, int64_t t, bool cautious);
 
 // Muon momentum: buf = mu*buf + g*gscale; u = nesterov ? g*gscale + mu*buf : buf.
 void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov);
-// p = p*(1 - lr*wd) - lr*scale*o.
-void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd);
+// p = p*(1 - lr*wd) - lr*scale*o; cautious: the decay only where o * p > 0.
+void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious);
 
 }  // namespace clm

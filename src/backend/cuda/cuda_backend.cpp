@@ -349,13 +349,15 @@ class CudaBackend final : public Backend {
     }
   }
   void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                    float lr, float beta1, float beta2, float eps, float wd, int64_t t) override {
+                    float lr, float beta1, float beta2, float eps, float wd, int64_t t,
+                    bool cautious) override {
     use();
     // Scalars exactly as the CPU kernel forms them.
     const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
     const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
     const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - lr * wd;
-    cuda::adamw_update(st_, p, grad, m, v, n, gscale, beta1, beta2, eps, step, inv_sqrt_bc2, decay);
+    cuda::adamw_update(st_, p, grad, m, v, n, gscale, beta1, beta2, eps, step, inv_sqrt_bc2, decay,
+                       cautious);
     launched("adamw_update");
   }
   void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
@@ -364,10 +366,11 @@ class CudaBackend final : public Backend {
     cuda::muon_momentum(st_, grad, buf, u, n, gscale, mu, nesterov);
     launched("muon_momentum");
   }
-  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd) override {
+  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd,
+                  bool cautious) override {
     use();
     const float decay = 1.0f - lr * wd, step = lr * scale;
-    cuda::muon_apply(st_, p, o, n, decay, step);
+    cuda::muon_apply(st_, p, o, n, decay, step, cautious);
     launched("muon_apply");
   }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work

@@ -80,10 +80,11 @@ size_t sum_squares_scratch(int64_t n);
 void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* scratch);
 void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
                   float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                  float decay);
+                  float decay, bool cautious);
 void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
                    float gscale, float mu, bool nesterov);
-void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step);
+void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
+                bool cautious);
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
 void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);
 // Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times

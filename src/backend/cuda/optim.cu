@@ -34,14 +34,15 @@ __global__ void ss_total_k(const double* part, int64_t chunks, double* out) {
 
 __global__ void adamw_k(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
                         float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                        float decay) {
+                        float decay, bool cautious) {
   CLM_GRID_STRIDE(i, n) {
     const float g = grad[i] * gscale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    const float pi = p[i], d = cautious && !(mi * pi > 0.0f) ? 1.0f : decay;
+    p[i] = pi * d - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
   }
 }
 
@@ -55,8 +56,12 @@ __global__ void muon_momentum_k(const float* grad, float* buf, float* u, int64_t
   }
 }
 
-__global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, float step) {
-  CLM_GRID_STRIDE(i, n) p[i] = p[i] * decay - step * o[i];
+__global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, float step,
+                             bool cautious) {
+  CLM_GRID_STRIDE(i, n) {
+    const float pi = p[i], d = cautious && !(o[i] * pi > 0.0f) ? 1.0f : decay;
+    p[i] = pi * d - step * o[i];
+  }
 }
 
 __global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {
@@ -105,10 +110,10 @@ void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* 
 
 void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
                   float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                  float decay) {
+                  float decay, bool cautious) {
   if (n > 0)
     adamw_k<<<grid_for(n), kThreads, 0, st>>>(p, grad, m, v, n, gscale, beta1, beta2, eps, step,
-                                              inv_sqrt_bc2, decay);
+                                              inv_sqrt_bc2, decay, cautious);
 }
 
 void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
@@ -117,8 +122,9 @@ void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int
     muon_momentum_k<<<grid_for(n), kThreads, 0, st>>>(grad, buf, u, n, gscale, mu, nesterov);
 }
 
-void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step) {
-  if (n > 0) muon_apply_k<<<grid_for(n), kThreads, 0, st>>>(p, o, n, decay, step);
+void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
+                bool cautious) {
+  if (n > 0) muon_apply_k<<<grid_for(n), kThreads, 0, st>>>(p, o, n, decay, step, cautious);
 }
 
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n) {
