@@ -1182,6 +1182,42 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
     }
 }
 
+TEST_P(BackendOps, NorMuonScale) {
+  // Two steps (v carried) against float64: v = b2 v + (1-b2) mean_c o^2, o[r] /= sqrt(v[r]) + eps,
+  // then o rescaled to its Frobenius norm before. A zero row keeps v at 0 and o at 0; wide and tall
+  // shapes, one large enough for the threaded path.
+  Backend& b = be();
+  const float b2 = 0.95f, eps = 1e-8f;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 33}, {40, 9}, {300, 256}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    VecF v0(size_t(rows), 0.0f);
+    Dev<float> vd(b, v0);
+    VecD V(size_t(rows), 0.0);
+    for (int step = 0; step < 2; ++step) {
+      VecF o = randn(rows * cols, 171 + step);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) o[size_t(r * cols + c)] *= float(1 + r % 4);
+      for (int64_t c = 0; c < cols; ++c) o[size_t(cols + c)] = 0.0f;  // row 1 all zero
+      Dev<float> od(b, o);
+      b.normuon_scale(od.p(), vd.p(), rows, cols, b2, eps);
+      VecD O = to_d(o), ss(size_t(rows), 0.0);
+      double before = 0, after = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) ss[size_t(r)] += O[size_t(r * cols + c)] * O[size_t(r * cols + c)];
+        V[size_t(r)] = b2 * V[size_t(r)] + (1 - double(b2)) * ss[size_t(r)] / double(cols);
+        const double d = std::sqrt(V[size_t(r)]) + eps;
+        before += ss[size_t(r)], after += ss[size_t(r)] / (d * d);
+      }
+      const double f = std::sqrt(before / after);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) O[size_t(r * cols + c)] *= f / (std::sqrt(V[size_t(r)]) + eps);
+      SCOPED_TRACE(step);
+      expect_close(vd.get(), V, 1e-12, 1e-5, "v");
+      expect_close(od.get(), O, 1e-7, 1e-5, "o");
+    }
+  }
+}
+
 // float64 reference of the Newton-Schulz quintic: X = G / ||G||_F on the short side (transposed
 // when rows > cols), then `steps` times X <- a X + (b A + c A^2) X with A = X X^T.
 static VecD ns_ref(const VecF& G, int64_t rows, int64_t cols, const NsSchedule& sched) {

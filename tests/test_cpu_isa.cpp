@@ -571,6 +571,22 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
     paref[i] = double(p0[i]) * (1 - double(lr) * wd) - double(lr) * scale * uref[i];
     pacref[i] = double(p0[i]) * (uref[i] * p0[i] > 0 ? 1 - double(lr) * wd : 1.0) - double(lr) * scale * uref[i];
   }
+  // NorMuon's reference on u: each row scaled by f / (sqrt(0.05 ms_r) + eps), f keeping the norm.
+  const int64_t nrows = 11;  // divides n
+  VecD normref(uref);
+  {
+    const int64_t cols = n / nrows;
+    double before = 0, after = 0;
+    VecD d(static_cast<size_t>(nrows), 0.0);
+    for (int64_t r = 0; r < nrows; ++r) {
+      double ss = 0;
+      for (int64_t c = 0; c < cols; ++c) ss += uref[size_t(r * cols + c)] * uref[size_t(r * cols + c)];
+      d[size_t(r)] = std::sqrt(0.05 * ss / double(cols)) + 1e-8;
+      before += ss, after += ss / (d[size_t(r)] * d[size_t(r)]);
+    }
+    for (int64_t r = 0; r < nrows; ++r)
+      for (int64_t c = 0; c < cols; ++c) normref[size_t(r * cols + c)] *= std::sqrt(before / after) / d[size_t(r)];
+  }
   for_each_isa([&](const std::string&) {
     VecF p = p0, m = m0, v = v0;
     adamw_update(p.data(), g.data(), m.data(), v.data(), n, gscale, lr, b1, b2, eps, wd, t, false);
@@ -589,5 +605,10 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
     expect_close(to_d(pa), paref, 1e-5, 1e-6, "muon apply");
     muon_apply(pac.data(), u.data(), n, lr, scale, wd, true);
     expect_close(to_d(pac), pacref, 1e-5, 1e-6, "muon apply, cautious");
+    // NorMuon's row normalisation of u as a [rows, n / rows] matrix, from v = 0.
+    VecF un = u, vn(size_t(nrows), 0.0f);
+    normuon_scale(un.data(), vn.data(), nrows, n / nrows, 0.95f, 1e-8f);
+    expect_close(to_d(un), normref, 1e-6, 1e-5, "normuon");
+
   });
 }

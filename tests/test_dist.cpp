@@ -229,6 +229,22 @@ TEST(DistTrain, TwoRankResumeIsBitExactWithTwoRanksOrOne) {
   for (auto& d : {a, b, c}) fs::remove_all(d);
 }
 
+TEST(DistTrain, ShardedNorMuonEqualsOneProcess) {
+  // NorMuon keeps per-row second moments beside each matrix's momentum: the shares, their
+  // gathering for the checkpoint and the update must all carry them.
+  SKIP_WITHOUT_MPI();
+  const std::string bin = CLOCKLM_BINARY, one = temp_run("nm_one"), two = temp_run("nm_two");
+  const std::string nm = " --set optim.matrix.kind=normuon";
+  CmdResult r1 = run_cmd(bin + train_args(one, 6) + nm);
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  CmdResult r2 = run_cmd("timeout 300 " + bin + train_args(two, 6) + nm + " --nproc 2");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_EQ(last_line(r1.out), last_line(r2.out));
+  expect_same_losses(one, two);
+  EXPECT_TRUE(checkpoint_payload(latest_ckpt(one)) == checkpoint_payload(latest_ckpt(two)));
+  for (auto& d : {one, two}) fs::remove_all(d);
+}
+
 TEST(DistTrain, BudgetSignalAndNanEndBothRanksTogether) {
   SKIP_WITHOUT_MPI();
   const std::string bin = CLOCKLM_BINARY, run = temp_run("dp_stop");

@@ -322,6 +322,8 @@ TEST(Optim, AllAdamWConfigWorks) {
 }
 
 TEST(Optim, SaveLoadContinuesBitExactAndRefusesMismatch) {
+  for (const char* kind : {"muon", "normuon"}) {
+  SCOPED_TRACE(kind);
   auto make = [](std::vector<float>& d0, std::vector<float>& g0, std::vector<float>& d1, std::vector<float>& g1) {
     return std::vector<Param>{make_param("m", {12, 20}, ParamKind::Matrix, d0, g0),
                               make_param("e", {30, 4}, ParamKind::Embedding, d1, g1)};
@@ -330,6 +332,7 @@ TEST(Optim, SaveLoadContinuesBitExactAndRefusesMismatch) {
   auto pa = make(a0, ag0, a1, ag1);
   auto pb = make(b0, bg0, b1, bg1);
   OptimConfig cfg;
+  cfg.matrix.kind = kind;
   Optimizer A(pa, cfg);
   for (int s = 0; s < 3; ++s) {
     set_to(ag0, random_matrix(12, 20, 200 + s));
@@ -369,6 +372,54 @@ TEST(Optim, SaveLoadContinuesBitExactAndRefusesMismatch) {
   Optimizer D(pb, adam);
   std::istringstream in3(blob);
   EXPECT_THROW(D.load(in3), Error);
+  OptimConfig other = cfg;  // Muon's state for NorMuon and the reverse
+  other.matrix.kind = std::string(kind) == "muon" ? "normuon" : "muon";
+  Optimizer E(pb, other);
+  std::istringstream in4(blob);
+  EXPECT_THROW(E.load(in4), Error);
+  }
+}
+
+TEST(Optim, NorMuonGivesEveryRowTheSameRmsAtMuonsNorm) {
+  // First step from an empty state: the orthogonalised update O, each row divided by the root of
+  // (1 - beta2) times its own mean square, then rescaled to O's Frobenius norm. So every row of the
+  // update has the same RMS, and the whole update Muon's norm.
+  const int rows = 48, cols = 32;
+  std::vector<float> dm, gm, dn, gn;
+  std::vector<Param> pm{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, dm, gm)};
+  std::vector<Param> pn{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, dn, gn)};
+  OptimConfig cfg;
+  cfg.matrix = OptimGroup{.kind = "muon", .lr = 0.1f};
+  cfg.matrix.ns_precision = "fp32";
+  cfg.grad_clip = 0;
+  Optimizer muon(pm, cfg);
+  cfg.matrix.kind = "normuon";
+  Optimizer normuon(pn, cfg);
+  std::vector<float> g = random_matrix(rows, cols, 7);
+  for (int r = 0; r < rows; ++r)  // rows of very different scales, so Muon's rows differ in RMS
+    for (int c = 0; c < cols; ++c) g[size_t(r * cols + c)] *= 1.0f + float(r % 5);
+  set_to(gm, g);
+  set_to(gn, g);
+  muon.step(1.0f);
+  normuon.step(1.0f);
+  double nm = 0, nn = 0;
+  std::vector<double> rms(rows, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const double a = dm[size_t(r * cols + c)], b = dn[size_t(r * cols + c)];
+      nm += a * a, nn += b * b, rms[size_t(r)] += b * b / cols;
+    }
+  EXPECT_NEAR(std::sqrt(nn), std::sqrt(nm), 1e-5 * std::sqrt(nm));
+  const double mean_rms = std::sqrt(nn / (rows * cols));
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(std::sqrt(rms[size_t(r)]), mean_rms, 1e-4 * mean_rms) << "row " << r;
+  // Muon's own rows are not all alike here, so the test would fail without the normalisation.
+  double lo = INFINITY, hi = 0;
+  for (int r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int c = 0; c < cols; ++c) s += double(dm[size_t(r * cols + c)]) * dm[size_t(r * cols + c)];
+    lo = std::min(lo, s), hi = std::max(hi, s);
+  }
+  EXPECT_GT(hi / lo, 1.1);
 }
 
 // The optimizer table is parsed against the bytes that remain: absurd parameter or element counts,
@@ -393,6 +444,22 @@ TEST(Optim, StateTableWithAbsurdSizesIsRefused) {
   EXPECT_THROW(parse_optim_state(state(1, uint64_t(1) << 62, 0)), Error);
   EXPECT_THROW(parse_optim_state(state(1, ~uint64_t(0), 0)), Error);
   EXPECT_THROW(parse_optim_state(state(1, 2, 7)), Error);
+  // NorMuon: m, then u64 rows and rows floats of v. Here "rows" reads the first 8 bytes of zero m
+  // (0 rows) and is refused; a valid table of 1 row parses.
+  EXPECT_THROW(parse_optim_state(state(1, 2, 2)), Error);
+  {
+    std::string s = state(1, 2, 2).substr(0, 8 + 4 + 32 + 4 + 1 + 1 + 8 + 8);  // through m
+    uint64_t rows = 1;
+    s.append(reinterpret_cast<const char*>(&rows), 8);
+    s.append(4, '\0');
+    const OptimStateTable nt = parse_optim_state(s);
+    ASSERT_EQ(nt.params.size(), 1u);
+    EXPECT_TRUE(nt.params[0].normuon);
+    EXPECT_EQ(nt.params[0].v.size(), 4u);
+    rows = 3;  // does not divide 2 elements
+    s.replace(s.size() - 12, 8, reinterpret_cast<const char*>(&rows), 8);
+    EXPECT_THROW(parse_optim_state(s), Error);
+  }
   EXPECT_THROW(parse_optim_state(state(1, 2, 1)), Error);  // Muon keeps one moment: bytes left over
   EXPECT_THROW(parse_optim_state(state(1, 2, 0).substr(0, 20)), Error);
 }

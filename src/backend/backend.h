@@ -166,6 +166,11 @@ class Backend {
                              float mu, bool nesterov) = 0;
   virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
                           float wd, bool cautious) = 0;
+  // NorMuon's neuron-wise normalisation of an orthogonalised update o [rows, cols], in place:
+  // v[r] = beta2 v[r] + (1 - beta2) mean_c o[r,c]^2, each row divided by sqrt(v[r]) + eps, then
+  // the whole rescaled to o's Frobenius norm (so the learning rate keeps Muon's calibration).
+  virtual void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
+                             float eps) = 0;
   // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; matmuls in
   // `prec`.
   virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols,

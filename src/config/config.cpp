@@ -517,7 +517,8 @@ void validate(const RunConfig& c) {
 
   auto check_group = [&](const char* name, const OptimGroup& g) {
     check_prec(fmt::format("optim.{}.ns_precision", name), g.ns_precision);
-    if (g.kind != "adamw" && g.kind != "muon") fail("optim.{}.kind '{}' is unknown (adamw, muon)", name, g.kind);
+    if (g.kind != "adamw" && g.kind != "muon" && g.kind != "normuon")
+      fail("optim.{}.kind '{}' is unknown (adamw, muon, normuon)", name, g.kind);
     if (!(g.lr >= 0) || !std::isfinite(g.lr)) fail("optim.{}.lr must be >= 0, got {}", name, g.lr);
     if (!(g.beta1 >= 0 && g.beta1 < 1)) fail("optim.{}.beta1 must be in [0, 1), got {}", name, g.beta1);
     if (!(g.beta2 >= 0 && g.beta2 < 1)) fail("optim.{}.beta2 must be in [0, 1), got {}", name, g.beta2);
@@ -532,7 +533,8 @@ void validate(const RunConfig& c) {
   check_group("embed", c.optim.embed);
   check_group("head", c.optim.head);
   check_group("scalar", c.optim.scalar);
-  if (c.optim.scalar.kind == "muon") fail("optim.scalar.kind must be adamw (Muon needs 2-D matrices)");
+  if (c.optim.scalar.kind != "adamw")
+    fail("optim.scalar.kind must be adamw, got {} (Muon needs 2-D matrices)", c.optim.scalar.kind);
   if (!(c.optim.grad_clip >= 0)) fail("optim.grad_clip must be >= 0 (0 = off), got {}", c.optim.grad_clip);
 
   const TrainConfig& t = c.train;

@@ -75,13 +75,20 @@ struct OptState {
   Param* p;
   int group;          // index into groups
   bool muon;
+  bool normuon = false;  // Muon with NorMuon's per-row second moments (v holds `rows` of them)
   int64_t n, rows, cols;
   bool owned = true;   // this rank updates it (always, unsharded)
   int64_t flat = 0;    // offset of p->data (and p->grad) in the flat layout (sharded)
   int64_t soff = 0;    // offset of its moments in the whole (unsharded) state
   float* m = nullptr;  // AdamW first moment / Muon momentum buffer (owned only)
-  float* v = nullptr;  // AdamW second moment
+  float* v = nullptr;  // AdamW second moment; NorMuon's per-row second moments
 };
+
+// Floats of optimizer state a parameter keeps: AdamW m and v, Muon its momentum, NorMuon also one
+// second moment per row.
+static int64_t state_floats(const OptState& st) {
+  return st.muon ? st.n + (st.normuon ? st.rows : 0) : 2 * st.n;
+}
 
 // FLOPs of one Newton-Schulz run (for the profiler): steps * (4 a^2 b + 2 a^3), a = short side.
 static double ns_flops(int64_t rows, int64_t cols, int steps) {
@@ -123,7 +130,7 @@ struct OptimizerImpl {
     for (OptState& st : states) {
       if (!st.owned) continue;
       st.m = base + st.soff;
-      st.v = st.muon ? nullptr : base + st.soff + st.n;
+      st.v = st.muon && !st.normuon ? nullptr : base + st.soff + st.n;
     }
   }
 };
@@ -150,18 +157,19 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
     st.p = &p;
     st.group = group_index(p.kind);
     const OptimGroup& g = *s.groups[st.group];
-    if (g.kind != "adamw" && g.kind != "muon")
-      fail("optim.{}.kind '{}' is unknown (adamw, muon)", kGroupNames[st.group], g.kind);
-    st.muon = g.kind == "muon";
+    if (g.kind != "adamw" && g.kind != "muon" && g.kind != "normuon")
+      fail("optim.{}.kind '{}' is unknown (adamw, muon, normuon)", kGroupNames[st.group], g.kind);
+    st.muon = g.kind != "adamw";
+    st.normuon = g.kind == "normuon";
     st.n = numel_of(p.shape);
     if (st.muon) {
       if (p.shape.size() < 2)
-        fail("parameter '{}' is {}-D but optim.{}.kind is muon (Muon needs a matrix)", p.name, p.shape.size(),
-             kGroupNames[st.group]);
+        fail("parameter '{}' is {}-D but optim.{}.kind is {} (Muon needs a matrix)", p.name, p.shape.size(),
+             kGroupNames[st.group], g.kind);
       st.rows = p.shape[0];
       st.cols = st.n / st.rows;  // trailing dimensions flattened
       max_muon = std::max(max_muon, st.n);
-      total += st.n;
+      total += st.n + (st.normuon ? st.rows : 0);
     } else {
       st.rows = 1;
       st.cols = st.n;
@@ -173,7 +181,7 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
     int64_t soff = 0;
     for (OptState& st : s.states) {
       st.soff = soff;
-      soff += st.muon ? st.n : 2 * st.n;
+      soff += state_floats(st);
     }
   }
   s.storage_n = total;
@@ -331,7 +339,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     if (!has[gi]) continue;
     const OptimGroup& g = *s.groups[gi];
     const float lr = g.lr * lr_scale, wd = g.weight_decay * wd_scale;
-    if (g.kind == "adamw") {
+    if (g.kind == "adamw") {  // else muon | normuon
       int64_t n = 0;
       for (const OptState& st : s.states)
         if (st.group == gi && st.owned) n += st.n;
@@ -354,6 +362,10 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
           ProfScope ps(s.prof, "muon.newton_schulz", "optim", ns_flops(st.rows, st.cols, g.ns_steps), bytes);
           s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, s.ns_sched[gi], np);
         }
+        if (st.normuon) {
+          ProfScope ps(s.prof, "muon.normuon", "optim", 5.0 * double(st.n), 4.0 * 3.0 * double(st.n));
+          s.be->normuon_scale(s.scratch_o.as<float>(), st.v, st.rows, st.cols, g.beta2, g.eps);
+        }
         {
           ProfScope ps(s.prof, "muon.apply", "optim", 3.0 * double(st.n), 4.0 * 3.0 * double(st.n));
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
@@ -373,7 +385,8 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
 }
 
 // State layout: magic[8], u32 n_params, u64 t[4], then per parameter: u32 name length, name bytes,
-// u8 muon, u64 numel, then numel floats (m) and, for AdamW, numel floats (v).
+// u8 kind (0 AdamW, 1 Muon, 2 NorMuon), u64 numel, then numel floats (m) and, for AdamW, numel
+// floats (v); for NorMuon u64 rows and rows floats (v).
 void Optimizer::save(std::ostream& out) const {
   const OptimizerImpl& s = *impl;
   if (s.sharded && (!s.gathered_fresh || s.comm->rank() != 0))
@@ -392,8 +405,8 @@ void Optimizer::save(std::ostream& out) const {
     uint32_t len = uint32_t(st.p->name.size());
     out.write(reinterpret_cast<const char*>(&len), 4);
     out.write(st.p->name.data(), len);
-    uint8_t muon = st.muon ? 1 : 0;
-    out.write(reinterpret_cast<const char*>(&muon), 1);
+    uint8_t kind = st.normuon ? 2 : st.muon ? 1 : 0;
+    out.write(reinterpret_cast<const char*>(&kind), 1);
     uint64_t n = uint64_t(st.n);
     out.write(reinterpret_cast<const char*>(&n), 8);
     fetch(st.m, st.soff, st.n);
@@ -401,6 +414,11 @@ void Optimizer::save(std::ostream& out) const {
     if (!st.muon) {
       fetch(st.v, st.soff + st.n, st.n);
       out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.n));
+    } else if (st.normuon) {
+      uint64_t rows = uint64_t(st.rows);
+      out.write(reinterpret_cast<const char*>(&rows), 8);
+      fetch(st.v, st.soff + st.n, st.rows);
+      out.write(reinterpret_cast<const char*>(host.data()), std::streamsize(sizeof(float) * st.rows));
     }
   }
   if (!out) fail("optimizer: failed to write state");
@@ -418,11 +436,14 @@ void Optimizer::load(std::istream& in) {
     const OptState& st = s.states[i];
     if (e.name != st.p->name)
       fail("optimizer state parameter '{}' does not match the model's '{}'", e.name, st.p->name);
-    if (e.muon != st.muon)
-      fail("optimizer state for '{}' was {} but the config uses {}", e.name, e.muon ? "muon" : "adamw",
-           st.muon ? "muon" : "adamw");
+    auto kind = [](bool muon, bool normuon) { return normuon ? "normuon" : muon ? "muon" : "adamw"; };
+    if (e.muon != st.muon || e.normuon != st.normuon)
+      fail("optimizer state for '{}' was {} but the config uses {}", e.name, kind(e.muon, e.normuon),
+           kind(st.muon, st.normuon));
     if (e.n != uint64_t(st.n))
       fail("optimizer state for '{}' has {} elements, the model {}", e.name, e.n, st.n);
+    if (st.normuon && e.v.size() != sizeof(float) * size_t(st.rows))
+      fail("optimizer state for '{}' has {} rows, the model {}", e.name, e.v.size() / 4, st.rows);
   }
   // The whole state in its unsharded layout; this rank keeps its share.
   std::vector<float> whole(size_t(s.storage_n));
@@ -430,7 +451,7 @@ void Optimizer::load(std::istream& in) {
     const OptimStateEntry& e = t.params[i];
     const OptState& st = s.states[i];
     std::memcpy(whole.data() + st.soff, e.m.data(), e.m.size());
-    if (!st.muon) std::memcpy(whole.data() + st.soff + st.n, e.v.data(), e.v.size());
+    if (!st.muon || st.normuon) std::memcpy(whole.data() + st.soff + st.n, e.v.data(), e.v.size());
   }
   const int64_t lo = s.own_state_begin();
   const int64_t hi = s.sharded ? s.state_bounds[size_t(s.comm->rank()) + 1] : s.storage_n;

@@ -6,7 +6,7 @@
 namespace clm {
 
 struct OptimGroup {            // hyper-parameters of one parameter group
-  std::string kind = "adamw";  // adamw | muon
+  std::string kind = "adamw";  // adamw | muon | normuon (Muon with per-row second moments)
   float lr = 0.0f;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float momentum = 0.95f;      // muon

@@ -49,12 +49,19 @@ OptimStateTable parse_optim_state(std::string_view bytes) {
     if (len > 4096) fail("optimizer state is corrupt (name length {})", len);
     e.name = std::string(c.take(len, "name"));
     uint8_t kind = c.get<uint8_t>("kind");
-    if (kind > 1) fail("optimizer state for '{}' is corrupt (kind {})", e.name, kind);
-    e.muon = kind == 1;
+    if (kind > 2) fail("optimizer state for '{}' is corrupt (kind {})", e.name, kind);
+    e.muon = kind >= 1;
+    e.normuon = kind == 2;
     e.n = c.get<uint64_t>("size");
     if (e.n > (bytes.size() - c.pos) / 4) fail("optimizer state truncated (reading {})", e.name);
     e.m = c.take(4 * e.n, e.name.c_str());
     if (!e.muon) e.v = c.take(4 * e.n, e.name.c_str());
+    if (e.normuon) {
+      const uint64_t rows = c.get<uint64_t>("rows");
+      if (rows == 0 || rows > e.n || e.n % rows != 0)
+        fail("optimizer state for '{}' is corrupt ({} rows of {} elements)", e.name, rows, e.n);
+      e.v = c.take(4 * rows, e.name.c_str());
+    }
     t.params.push_back(std::move(e));
   }
   if (c.pos != bytes.size())

@@ -13,9 +13,12 @@ inline constexpr char kOptimStateMagic[8] = {'C', 'L', 'M', 'O', 'P', 'T', '1', 
 
 struct OptimStateEntry {
   std::string name;
-  bool muon = false;
+  bool muon = false;      // Muon or NorMuon
+  bool normuon = false;
   uint64_t n = 0;         // elements
-  std::string_view m, v;  // 4n bytes each (v empty for Muon), pointing into the parsed bytes
+  // m: 4n bytes; v: 4n bytes for AdamW, empty for Muon, 4 rows bytes for NorMuon; both point into
+  // the parsed bytes.
+  std::string_view m, v;
 };
 struct OptimStateTable {
   int64_t steps[4] = {0, 0, 0, 0};  // matrix, embed, head, scalar

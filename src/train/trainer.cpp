@@ -382,7 +382,8 @@ TrainResult train(const TrainOptions& o) {
   if (!quiet)
     std::fprintf(stderr, "train: %s, %s params, %lld tokens/step (%lld x %d x %d), %s, budget %.0fs%s\n",
                cfg.name.c_str(), human(double(n_params)).c_str(), (long long)tc.batch_tokens, (long long)accum, B, T,
-               cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : "AdamW", clock.budget,
+               cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : cfg.optim.matrix.kind == "normuon" ? "NorMuon+AdamW" : "AdamW",
+               clock.budget,
                det ? fmt::format(", max_steps {}", tc.max_steps).c_str() : "");
 
   while (true) {

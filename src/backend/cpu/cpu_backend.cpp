@@ -212,6 +212,10 @@ class CpuBackend final : public Backend {
                   bool cautious) override {
     clm::muon_apply(p, o, n, lr, scale, wd, cautious);
   }
+  void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
+                     float eps) override {
+    clm::normuon_scale(o, v, rows, cols, beta2, eps);
+  }
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {
     std::lock_guard<std::mutex> lock(ns_mu_);

@@ -104,6 +104,9 @@
   X(muon_apply, muon_apply, void,                                                                 \
     (float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious),         \
     (p, o, n, lr, scale, wd, cautious))                                                           \
+  X(normuon_scale, normuon_scale, void,                                                           \
+    (float* o, float* v, int64_t rows, int64_t cols, float beta2, float eps),                     \
+    (o, v, rows, cols, beta2, eps))                                                               \
   X(f32_to_bf16, f32_to_bf16, void, (const float* x, bf16* y, int64_t n), (x, y, n))             \
   X(bf16_to_f32, bf16_to_f32, void, (const bf16* x, float* y, int64_t n), (x, y, n))
 

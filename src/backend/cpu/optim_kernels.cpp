@@ -78,4 +78,30 @@ void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, floa
   }
 }
 
+void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2, float eps) {
+  std::vector<double> ss(size_t(std::max<int64_t>(rows, 0)));
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = o + r * cols;
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += double(x[c]) * double(x[c]);
+    ss[size_t(r)] = s;
+    v[r] = beta2 * v[r] + (1.0f - beta2) * float(s / double(cols));
+  }
+  // The norm before and after the row division, from the row sums alone, in row order.
+  double before = 0, after = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double d = double(std::sqrt(v[r]) + eps);
+    before += ss[size_t(r)];
+    after += ss[size_t(r)] / (d * d);
+  }
+  const double f = after > 0 ? std::sqrt(before / after) : 1.0;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float k = float(f / double(std::sqrt(v[r]) + eps));
+    float* x = o + r * cols;
+    for (int64_t c = 0; c < cols; ++c) x[c] *= k;
+  }
+}
+
 CLM_ISA_END

@@ -20,5 +20,9 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
 void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov);
 // p = p*(1 - lr*wd) - lr*scale*o; cautious: the decay only where o * p > 0.
 void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious);
+// NorMuon (Backend::normuon_scale): v[r] = b2 v[r] + (1-b2) mean_c o[r,c]^2 (row sums in double);
+// o[r,:] *= f / (sqrt(v[r]) + eps) with f = sqrt(sum_r ss_r / sum_r ss_r / (sqrt(v[r]) + eps)^2),
+// ss_r the row's sum of squares before, so the Frobenius norm is unchanged.
+void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2, float eps);
 
 }  // namespace clm

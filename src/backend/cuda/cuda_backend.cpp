@@ -373,6 +373,12 @@ class CudaBackend final : public Backend {
     cuda::muon_apply(st_, p, o, n, decay, step, cautious);
     launched("muon_apply");
   }
+  void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
+                     float eps) override {
+    use();
+    cuda::normuon_scale(st_, o, v, rows, cols, beta2, eps, scratch(cuda::normuon_scale_scratch(rows)));
+    launched("normuon_scale");
+  }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work
   // on the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X with that step's
   // coefficients from the schedule. bf16 precision rounds

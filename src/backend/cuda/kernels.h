@@ -85,6 +85,10 @@ void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int
                    float gscale, float mu, bool nesterov);
 void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
                 bool cautious);
+// NorMuon's row normalisation (Backend::normuon_scale); scratch: normuon_scale_scratch(rows).
+size_t normuon_scale_scratch(int64_t rows);
+void normuon_scale(cudaStream_t st, float* o, float* v, int64_t rows, int64_t cols, float beta2,
+                   float eps, void* scratch);
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
 void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);
 // Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times

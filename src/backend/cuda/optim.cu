@@ -64,6 +64,43 @@ __global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, f
   }
 }
 
+// One block a row: the row's sum of squares in double (kept for the norm), and v's update.
+__global__ void normuon_rows_k(const float* o, float* v, int64_t cols, float beta2, double* ss) {
+  __shared__ double sh[32];
+  const int64_t r = blockIdx.x;
+  const float* x = o + r * cols;
+  double acc = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) acc += double(x[c]) * double(x[c]);
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) {
+    ss[r] = acc;
+    v[r] = beta2 * v[r] + (1.0f - beta2) * float(acc / double(cols));
+  }
+}
+
+// One block: the rescale factor f that keeps the Frobenius norm, into ss[rows].
+__global__ void normuon_factor_k(double* ss, const float* v, int64_t rows, float eps) {
+  __shared__ double sh[32];
+  double before = 0, after = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const double d = double(sqrtf(v[r]) + eps);
+    before += ss[r];
+    after += ss[r] / (d * d);
+  }
+  before = block_sum(before, sh);
+  after = block_sum(after, sh);
+  if (threadIdx.x == 0) ss[rows] = after > 0 ? sqrt(before / after) : 1.0;
+}
+
+__global__ void normuon_apply_k(float* o, const float* v, int64_t rows, int64_t cols, float eps,
+                                const double* f) {
+  const double ff = f[rows];
+  CLM_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols;
+    o[i] *= float(ff / double(sqrtf(v[r]) + eps));
+  }
+}
+
 __global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {
   CLM_GRID_STRIDE(i, n) y[i] = bf16_round(x[i]);
 }
@@ -125,6 +162,17 @@ void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int
 void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
                 bool cautious) {
   if (n > 0) muon_apply_k<<<grid_for(n), kThreads, 0, st>>>(p, o, n, decay, step, cautious);
+}
+
+size_t normuon_scale_scratch(int64_t rows) { return size_t(std::max<int64_t>(rows, 0) + 1) * 8; }
+
+void normuon_scale(cudaStream_t st, float* o, float* v, int64_t rows, int64_t cols, float beta2,
+                   float eps, void* scratch) {
+  if (rows <= 0 || cols <= 0) return;
+  auto* ss = static_cast<double*>(scratch);
+  normuon_rows_k<<<unsigned(rows), kThreads, 0, st>>>(o, v, cols, beta2, ss);
+  normuon_factor_k<<<1, 1024, 0, st>>>(ss, v, rows, eps);
+  normuon_apply_k<<<grid_for(rows * cols), kThreads, 0, st>>>(o, v, rows, cols, eps, ss);
 }
 
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n) {
