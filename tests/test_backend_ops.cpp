@@ -1182,6 +1182,43 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
     }
 }
 
+TEST_P(BackendOps, Mix2ForwardAndBackward) {
+  // out = w0 x + w1 x0; backward: dw += (sum dout x, sum dout x0), dx0 += w1 dout, dx = w0 dout, with
+  // dx aliasing dout as the model calls it. Sizes below and above one 16K chunk and the threading
+  // threshold; float64 reference.
+  Backend& b = be();
+  for (int64_t n : {int64_t(1000), int64_t(70001)}) {
+    SCOPED_TRACE(n);
+    VecF x = randn(n, 181), x0 = randn(n, 182), dout = randn(n, 183), dx0_init = randn(n, 184);
+    const VecF w = {0.8f, -0.35f}, dw_init = {0.25f, -1.5f};
+    Dev<float> xd(b, x), x0d(b, x0), wd(b, w);
+    Dev<float> out = nan_out(b, n);
+    b.mix2_fwd(xd.p(), x0d.p(), wd.p(), out.p(), n);
+    VecD O(n), Os(n);
+    for (int64_t i = 0; i < n; ++i) {
+      O[size_t(i)] = double(w[0]) * x[size_t(i)] + double(w[1]) * x0[size_t(i)];
+      Os[size_t(i)] = std::abs(double(w[0]) * x[size_t(i)]) + std::abs(double(w[1]) * x0[size_t(i)]);
+    }
+    expect_close(out.get(), O, 1e-7, 1e-6, "out", &Os);
+    Dev<float> gd(b, dout), dx0d(b, dx0_init), dwd(b, dw_init);
+    b.mix2_bwd(gd.p(), xd.p(), x0d.p(), wd.p(), gd.p(), dx0d.p(), dwd.p(), n);
+    double s0 = 0, s1 = 0, a0 = 0, a1 = 0;
+    VecD DX(n), DX0(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = dout[size_t(i)];
+      s0 += g * x[size_t(i)], s1 += g * x0[size_t(i)];
+      a0 += std::abs(g * x[size_t(i)]), a1 += std::abs(g * x0[size_t(i)]);
+      DX[size_t(i)] = double(w[0]) * g;
+      DX0[size_t(i)] = dx0_init[size_t(i)] + double(w[1]) * g;
+    }
+    expect_close(gd.get(), DX, 1e-7, 1e-6, "dx");
+    expect_close(dx0d.get(), DX0, 1e-7, 1e-6, "dx0");
+    const VecF dw = dwd.get();
+    EXPECT_NEAR(dw[0], dw_init[0] + s0, 1e-6 * (a0 + 1));
+    EXPECT_NEAR(dw[1], dw_init[1] + s1, 1e-6 * (a1 + 1));
+  }
+}
+
 TEST_P(BackendOps, NorMuonScale) {
   // Two steps (v carried) against float64: v = b2 v + (1-b2) mean_c o^2, o[r] /= sqrt(v[r]) + eps,
   // then o rescaled to its Frobenius norm before. A zero row keeps v at 0 and o at 0; wide and tall

@@ -121,6 +121,10 @@ static void whole_model_gradcheck(ModelConfig c) {
       Rng r(14 + p.numel());
       for (int64_t i = 0; i < p.numel(); ++i) p.data[i] = 0.3f * r.normal();
       m.weights_changed();
+    } else if (p.name.ends_with(".x0_mix")) {  // away from the (1, 0) start, so b's path counts
+      p.data[0] = 0.8f;
+      p.data[1] = 0.6f;
+      m.weights_changed();
     }
   auto in = tokens(B * T, c.vocab_size, 12), tg = tokens(B * T, c.vocab_size, 13);
   tg[3] = -1;  // an ignored position
@@ -228,6 +232,38 @@ TEST(GPT, ValueEmbeddingShapeCountAndStart) {
   EXPECT_THROW(GPT(c, 1, 4), Error);
   c.value_embeds = -1;
   EXPECT_THROW(GPT(c, 1, 4), Error);
+}
+
+TEST(GPT, GradientCheckEmbeddingSkips) {
+  // Mixing weights (0.8, 0.6) (set by the check): both get gradients, and x0's gradient reaches
+  // the embedding table through every skip as well as through the first block.
+  ModelConfig c = tiny("relu2");
+  c.n_layer = 3;
+  c.x0_skips = true;
+  whole_model_gradcheck(c);
+  c = tiny("swiglu");
+  c.x0_skips = true;
+  c.bigram_buckets = 5;  // x0 includes the bigram rows
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, EmbeddingSkipShapeCountAndStart) {
+  ModelConfig c = tiny();
+  c.n_layer = 3;
+  c.x0_skips = true;
+  GPT m(c, 2, 8);
+  std::vector<std::string> names;
+  for (auto& p : m.params())
+    if (p.name.ends_with(".x0_mix")) {
+      names.push_back(p.name);
+      EXPECT_EQ(p.kind, ParamKind::Scalar);
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{2}));
+    }
+  EXPECT_EQ(names, (std::vector<std::string>{"blocks.1.x0_mix", "blocks.2.x0_mix"}));  // none before block 0
+  EXPECT_EQ(count_params(c).total(), m.num_params());
+  ModelConfig plain = c;
+  plain.x0_skips = false;
+  expect_same_start(c, plain);
 }
 
 TEST(GPT, BigramEmbeddingShapeCountAndStart) {

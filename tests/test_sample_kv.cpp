@@ -40,6 +40,9 @@ void fill_zero_start_tables(GPT& m, uint64_t seed) {
       std::vector<float> h(size_t(p.numel()));
       for (float& x : h) x = 0.5f * r.normal();
       p.from_host(h.data());
+    } else if (p.name.ends_with(".x0_mix")) {  // embedding skips: start (1, 0) would mix nothing in
+      const float h[2] = {0.9f, 0.7f};
+      p.from_host(h);
     }
   m.weights_changed();
 }
@@ -59,6 +62,7 @@ TEST(SampleKV, GreedyWithCacheEqualsRecomputation) {
       c.bigram_buckets = std::string(act) == "swiglu" ? 11 : 0;  // each appended token pairs with the last
       c.value_embeds = std::string(act) == "swiglu" ? 0 : 2;
       c.attn_window = std::string(act) == "swiglu" ? 5 : 0;  // decoding past the window
+      c.x0_skips = std::string(act) == "relu2";
       GPT model(c, 1, c.seq_len);
       model.init_weights(3);
       fill_zero_start_tables(model, 4);
@@ -104,6 +108,7 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   c.bigram_buckets = bigram;
   c.value_embeds = bigram > 0 ? 1 : 0;
   c.attn_window = bigram > 0 ? 6 : 0;
+  c.x0_skips = bigram > 0;
   const int B = 3, T = 20;
   GPT model(c, B, T);
   model.init_weights(9);
@@ -155,6 +160,7 @@ TEST(SampleKV, GroupScoringEqualsWholeRows) {
     c.qk_norm = true;
     c.bigram_buckets = prec == MatPrec::F32 ? 13 : 0;  // a branch's first token pairs with the prefix's last
     c.value_embeds = prec == MatPrec::F32 ? 1 : 2;
+    c.x0_skips = prec == MatPrec::BF16;
     GPT model(c, 1, c.seq_len);
     model.init_weights(21);
     fill_zero_start_tables(model, 22);

@@ -140,6 +140,13 @@ class Backend {
   virtual void activation_bwd(Activation a, const float* h, const float* dy, void* dh, DType out_t,
                               int64_t N, int64_t Hd) = 0;
   virtual void residual_fwd(const float* a, const float* b, float* out, int64_t n) = 0;
+  // Two-term mix with weights on the device (the embedding skips): out = w[0] x + w[1] x0 (out may
+  // alias x). Backward from dout: dw[0] += sum dout x, dw[1] += sum dout x0 (in double, in a fixed
+  // order, so the same bits whatever the thread count), dx0 += w[1] dout, dx = w[0] dout (dx may
+  // alias dout).
+  virtual void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) = 0;
+  virtual void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx,
+                        float* dx0, float* dw, int64_t n) = 0;
   virtual void scale(float* x, float s, int64_t n) = 0;                 // x *= s
   virtual void axpy(float* y, float a, const float* x, int64_t n) = 0;  // y += a x
   // Softcap + cross-entropy (+ its gradient in place when want_grad). Returns the summed loss over

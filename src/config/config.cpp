@@ -59,6 +59,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"model.bigram_buckets", &m.bigram_buckets});
   f.push_back({"model.value_embeds", &m.value_embeds});
   f.push_back({"model.attn_window", &m.attn_window});
+  f.push_back({"model.x0_skips", &m.x0_skips});
   f.push_back({"model.vocab_size", &m.vocab_size});
   f.push_back({"model.seq_len", &m.seq_len});
   f.push_back({"model.init_std", &m.init_std});

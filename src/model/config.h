@@ -32,6 +32,10 @@ struct ModelConfig {
   // > 0: sliding-window attention, each query sees only the attn_window most recent positions (its
   // own included) in every block; attention then costs O(T * window) instead of O(T^2). 0 = full.
   int attn_window = 0;
+  // Embedding skips: every block after the first takes a learned mix of its input and the
+  // embedding output x0, x <- a x + b x0 (one pair per block, starting at (1, 0), so the model
+  // begins as the one without), and so the token identity stays in reach of deep blocks.
+  bool x0_skips = false;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled

@@ -30,6 +30,7 @@ ParamCount count_params(const ModelConfig& m) {
   p.matrix = int64_t(m.n_layer) * (attn + mlp);
   // Learned gains: two norms per block (+ q/k norms with qk_norm) and the final norm.
   if (m.norm_gain) p.scalar = int64_t(m.n_layer) * (2 * D + (m.qk_norm ? 2 * hd : 0)) + D;
+  if (m.x0_skips) p.scalar += 2 * int64_t(std::max(m.n_layer - 1, 0));  // (a, b) per block after the first
   return p;
 }
 

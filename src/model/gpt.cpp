@@ -41,10 +41,12 @@ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved 
 struct LayerOff {  // parameter offsets of one block (-1 = absent)
   int64_t attn_g = -1, wqkv = -1, qn_g = -1, kn_g = -1, wo = -1, mlp_g = -1, w_in = -1, w_out = -1;
   int64_t ve = -1;  // value embedding [Vp, kv width] (model.value_embeds)
+  int64_t x0 = -1;  // embedding-skip weights (a, b) of the block input a x + b x0 (model.x0_skips)
 };
 
 struct LayerAct {  // activation pointers of one block
   float* x;         // [N,d] block input (residual stream)
+  float* xpre;      // [N,d] the previous block's output before the embedding skip (model.x0_skips)
   float* mid;       // [N,d] after the attention residual add
   float* ln1_rstd;  // [N]
   float* ln1_mm;    // [N,d] attn-norm output in matmul precision
@@ -105,6 +107,7 @@ struct GPTImpl {
   std::vector<LayerAct> la;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
+  float* dx0 = nullptr;  // backward: the gradient reaching the embedding output through the skips
   int64_t chunk_rows = 0;
 
   // state of the last forward
@@ -154,7 +157,8 @@ struct GPTImpl {
     int T = 0;
     LayerAct a{};
     float *qkv = nullptr, *tmp_d = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
-          *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr;
+          *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr,
+          *x0 = nullptr;  // the embedding output, kept for the skips
     int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr;
   } inf;
 
@@ -255,6 +259,7 @@ void GPTImpl::build(bool allocate) {
   for (int i = 0; i < L; ++i) {
     std::string pre = fmt::format("blocks.{}.", i);
     LayerOff& lo = loff[i];
+    if (c.x0_skips && i > 0) lo.x0 = add(pre + "x0_mix", {2}, ParamKind::Scalar);
     if (c.norm_gain) lo.attn_g = add(pre + "attn_norm.gain", {d}, ParamKind::Scalar);
     lo.wqkv = add_adjacent(pre + "attn.wq", {qw, d}, ParamKind::Matrix);
     add_adjacent(pre + "attn.wk", {kvw, d}, ParamKind::Matrix);
@@ -284,7 +289,10 @@ void GPTImpl::build(bool allocate) {
   la.resize(L);
   for (int i = 0; i < L; ++i) {
     carve_layer(la[i], N, carve, true);
+    if (loff[i].x0 >= 0) carve(&la[i].xpre, N * d);
+    else la[i].xpre = nullptr;
   }
+  if (c.x0_skips) carve(&dx0, N * d);
   int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd});
   carve(&x_final, N * d);
   carve(&lnf_rstd, N);
@@ -446,9 +454,15 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
     for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
     add_bigram(rows, big_d, la[0].x, tmp_d);
   }
-  for (int l = 0; l < L; ++l)
-    block_fwd(loff[l], la[l], tok_d, l + 1 < L ? la[l + 1].x : x_final, qkv, tmp_d, N, B, T, nullptr, nullptr,
-              nullptr, cos_t, sin_t);
+  for (int l = 0; l < L; ++l) {
+    const bool skip = l + 1 < L && loff[l + 1].x0 >= 0;  // the next block's input mixes in x0
+    block_fwd(loff[l], la[l], tok_d, l + 1 == L ? x_final : skip ? la[l + 1].xpre : la[l + 1].x, qkv, tmp_d, N,
+              B, T, nullptr, nullptr, nullptr, cos_t, sin_t);
+    if (skip) {
+      PROF("x0_skip", "fwd", 3.0 * N * d, 12.0 * N * d);
+      be->mix2_fwd(la[l + 1].xpre, la[0].x, pp(loff[l + 1].x0), la[l + 1].x, N * d);
+    }
+  }
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
     norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
@@ -474,6 +488,7 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
   carve(&inf.cos_t, int64_t(T_) * hd / 2);
   carve(&inf.sin_t, int64_t(T_) * hd / 2);
   carve(&inf.loss, N);
+  if (cfg.x0_skips) carve(&inf.x0, N * d);
   float *tok = nullptr, *tgt = nullptr, *am = nullptr, *big = nullptr;
   carve(&tok, N);  // int32 buffers carved as floats (same size)
   carve(&tgt, N);
@@ -540,7 +555,9 @@ void GPT::init_weights(uint64_t seed) {
     int64_t n = p.numel();
     host.assign(size_t(n), 0.0f);
     bool is_out = p.name.ends_with(".wo") || p.name.ends_with(".w_out");
-    if (p.kind == ParamKind::Scalar) {
+    if (p.name.ends_with(".x0_mix")) {
+      host = {1.0f, 0.0f};  // a x + b x0 starts as x
+    } else if (p.kind == ParamKind::Scalar) {
       std::fill(host.begin(), host.end(), 1.0f);
     } else if (p.kind == ParamKind::Head || is_out) {
       float s = is_out ? out_std : std0;
@@ -655,6 +672,7 @@ void GPT::backward(float loss_scale) {
     be.zero(m.dres, sizeof(float) * N * d);
     be.rmsnorm_bwd(m.x_final, m.pp(m.off_fg), m.lnf_rstd, m.dxf, m.dres, m.gp(m.off_fg), N, d);
   }
+  if (m.dx0) be.zero(m.dx0, sizeof(float) * N * d);
   for (int l = m.L - 1; l >= 0; --l) {
     LayerAct& a = m.la[l];
     const LayerOff& lo = m.loff[l];
@@ -694,7 +712,12 @@ void GPT::backward(float loss_scale) {
       PROF("rmsnorm.attn", "bwd", 8.0 * N * d, 16.0 * N * d);
       be.rmsnorm_bwd(a.x, m.pp(lo.attn_g), a.ln1_rstd, m.dtmp, m.dres, m.gp(lo.attn_g), N, d);
     }
+    if (lo.x0 >= 0) {  // x = a xpre + b x0: dres becomes the previous block's output gradient
+      PROF("x0_skip", "bwd", 6.0 * N * d, 24.0 * N * d);
+      be.mix2_bwd(m.dres, a.xpre, m.la[0].x, m.pp(lo.x0), m.dres, m.dx0, G + lo.x0, N * d);
+    }
   }
+  if (m.dx0) be.axpy(m.dres, 1.0f, m.dx0, N * d);  // the embedding output's gradient through the skips
   {
     PROF("embedding", "bwd", N * d, 12.0 * N * d);
     be.embedding_bwd(m.tok_d, m.dres, G + m.off_wte, N, d);
@@ -796,9 +819,15 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
       }
     m.add_bigram(rows, m.inf.big, a.x, m.inf.tmp_d);
   }
-  for (int l = 0; l < m.L; ++l)
+  if (m.inf.x0) be.copy(m.inf.x0, a.x, sizeof(float) * N * d);
+  for (int l = 0; l < m.L; ++l) {
+    if (m.loff[l].x0 >= 0) {
+      PROF("x0_skip", "fwd", 3.0 * N * d, 12.0 * N * d);
+      be.mix2_fwd(a.x, m.inf.x0, m.pp(m.loff[l].x0), a.x, N * d);
+    }
     m.block_fwd(m.loff[l], a, m.inf.tok, a.x, m.inf.qkv, m.inf.tmp_d, N, 1, 0, &segs, cache.k(l), cache.v(l),
                 m.inf.cos_t, m.inf.sin_t);
+  }
   {
     PROF("rmsnorm.final", "fwd", 4.0 * N * d, (8.0 + mmb) * N * d);
     m.norm_to_mm(a.x, m.off_fg, static_cast<float*>(cache.hidden_for(N, size_t(d) * mmb)), m.inf.lnf_rstd, N);

@@ -184,6 +184,13 @@ class CpuBackend final : public Backend {
   void residual_fwd(const float* a, const float* b, float* out, int64_t n) override {
     clm::residual_fwd(a, b, out, n);
   }
+  void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) override {
+    clm::mix2_fwd(x, x0, w, out, n);
+  }
+  void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
+                float* dw, int64_t n) override {
+    clm::mix2_bwd(dout, x, x0, w, dx, dx0, dw, n);
+  }
   void scale(float* x, float s, int64_t n) override {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) x[i] *= s;

@@ -88,6 +88,12 @@
     (a, b, out, n))                                                                               \
   X(residual_bwd, residual_bwd, void, (const float* dout, float* da, float* db, int64_t n),      \
     (dout, da, db, n))                                                                            \
+  X(mix2_fwd, mix2_fwd, void, (const float* x, const float* x0, const float* w, float* out, int64_t n), \
+    (x, x0, w, out, n))                                                                           \
+  X(mix2_bwd, mix2_bwd, void,                                                                     \
+    (const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,   \
+     float* dw, int64_t n),                                                                       \
+    (dout, x, x0, w, dx, dx0, dw, n))                                                             \
   X(softcap_xent, softcap_xent, double,                                                           \
     (float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap, float* loss,     \
      int32_t* argmax, bool want_grad, float grad_scale),                                          \

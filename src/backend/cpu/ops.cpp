@@ -438,6 +438,38 @@ void residual_bwd(const float* dout, float* da, float* db, int64_t n) {
   }
 }
 
+// --- two-term mix ---------------------------------------------------------------------------------
+void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) {
+  const float a = w[0], b = w[1];
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = a * x[i] + b * x0[i];
+}
+
+void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
+              float* dw, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  const float a = w[0], b = w[1];
+  const int64_t nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(size_t(2 * nchunks), 0.0);
+#pragma omp parallel for schedule(static) if (nchunks > 4)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    double sx = 0, sx0 = 0;
+    for (int64_t i = c * kChunk, hi = std::min(n, (c + 1) * kChunk); i < hi; ++i) {
+      const float g = dout[i];
+      sx += double(g) * x[i];
+      sx0 += double(g) * x0[i];
+      dx0[i] += b * g;
+      dx[i] = a * g;
+    }
+    part[size_t(2 * c)] = sx;
+    part[size_t(2 * c + 1)] = sx0;
+  }
+  double sx = 0, sx0 = 0;
+  for (int64_t c = 0; c < nchunks; ++c) sx += part[size_t(2 * c)], sx0 += part[size_t(2 * c + 1)];
+  dw[0] += float(sx);
+  dw[1] += float(sx0);
+}
+
 // --- softcap + cross-entropy ------------------------------------------------------------------------
 void softcap_fwd(float* z, int64_t n, float cap) {
   if (cap <= 0) return;

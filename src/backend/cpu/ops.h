@@ -114,6 +114,12 @@ void swiglu_bwd(const float* hg, const float* dy, bf16* dhg, int64_t N, int64_t 
 void residual_fwd(const float* a, const float* b, float* out, int64_t n);
 void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da += dout, db += dout
 
+// --- two-term mix (Backend::mix2_fwd / mix2_bwd): out = w0 x + w1 x0 ------------------------------
+// The backward's two sums run over fixed 16K-element chunks in double, added in chunk order.
+void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n);
+void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
+              float* dw, int64_t n);
+
 // --- softcapped logits fused with cross-entropy --------------------------------------------------
 // logits: [N, Vp] raw z = x W_head^T, of which the first V columns are real (padding ignored).
 // Softcap s = cap*tanh(z/cap) (cap <= 0: s = z). loss[n] = logsumexp(s[n,:V]) - s[n,target]

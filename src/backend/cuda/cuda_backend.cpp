@@ -302,6 +302,17 @@ class CudaBackend final : public Backend {
     cuda::residual_fwd(st_, a, b, out, n);
     launched("residual_fwd");
   }
+  void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) override {
+    use();
+    cuda::mix2_fwd(st_, x, x0, w, out, n);
+    launched("mix2_fwd");
+  }
+  void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
+                float* dw, int64_t n) override {
+    use();
+    cuda::mix2_bwd(st_, dout, x, x0, w, dx, dx0, dw, n, scratch(cuda::mix2_bwd_scratch(n)));
+    launched("mix2_bwd");
+  }
   void scale(float* x, float s, int64_t n) override {
     use();
     cuda::scale(st_, x, s, n);

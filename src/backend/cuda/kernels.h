@@ -66,6 +66,10 @@ void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, v
 
 // ---- element-wise ------------------------------------------------------------------------------
 void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n);
+void mix2_fwd(cudaStream_t st, const float* x, const float* x0, const float* w, float* out, int64_t n);
+size_t mix2_bwd_scratch(int64_t n);
+void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
+              float* dx0, float* dw, int64_t n, void* scratch);
 void scale(cudaStream_t st, float* x, float s, int64_t n);
 void axpy(cudaStream_t st, float* y, float a, const float* x, int64_t n);
 void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap);

@@ -387,6 +387,38 @@ __global__ void residual_k(const float* a, const float* b, float* out, int64_t n
   CLM_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 __global__ void scale_k(float* x, float s, int64_t n) { CLM_GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void mix2_fwd_k(const float* x, const float* x0, const float* w, float* out, int64_t n) {
+  const float a = w[0], b = w[1];
+  CLM_GRID_STRIDE(i, n) out[i] = a * x[i] + b * x0[i];
+}
+// One block per 16K-element chunk (the CPU's chunks): the element-wise part, and the chunk's two
+// sums in double into part[2c], part[2c+1].
+constexpr int64_t kMixChunk = 16384;
+__global__ void mix2_bwd_k(const float* dout, const float* x, const float* x0, const float* w, float* dx,
+                           float* dx0, int64_t n, double* part) {
+  __shared__ double sh[32];
+  const float a = w[0], b = w[1];
+  const int64_t lo = int64_t(blockIdx.x) * kMixChunk, hi = lo + kMixChunk < n ? lo + kMixChunk : n;
+  double sx = 0, sx0 = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const float g = dout[i];
+    sx += double(g) * x[i];
+    sx0 += double(g) * x0[i];
+    dx0[i] += b * g;
+    dx[i] = a * g;
+  }
+  sx = block_sum(sx, sh);
+  sx0 = block_sum(sx0, sh);
+  if (threadIdx.x == 0) part[2 * blockIdx.x] = sx, part[2 * blockIdx.x + 1] = sx0;
+}
+__global__ void mix2_total_k(const double* part, int64_t chunks, float* dw) {
+  __shared__ double sh[32];
+  double sx = 0, sx0 = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) sx += part[2 * c], sx0 += part[2 * c + 1];
+  sx = block_sum(sx, sh);
+  sx0 = block_sum(sx0, sh);
+  if (threadIdx.x == 0) dw[0] += float(sx), dw[1] += float(sx0);
+}
 __global__ void axpy_k(float* y, float a, const float* x, int64_t n) {
   CLM_GRID_STRIDE(i, n) y[i] += a * x[i];
 }
@@ -621,6 +653,18 @@ void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, v
 
 void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n) {
   if (n > 0) residual_k<<<grid_for(n), kThreads, 0, st>>>(a, b, out, n);
+}
+void mix2_fwd(cudaStream_t st, const float* x, const float* x0, const float* w, float* out, int64_t n) {
+  if (n > 0) mix2_fwd_k<<<grid_for(n), kThreads, 0, st>>>(x, x0, w, out, n);
+}
+size_t mix2_bwd_scratch(int64_t n) { return size_t(std::max<int64_t>((n + kMixChunk - 1) / kMixChunk, 1)) * 16; }
+void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
+              float* dx0, float* dw, int64_t n, void* scratch) {
+  if (n <= 0) return;
+  const int64_t chunks = (n + kMixChunk - 1) / kMixChunk;
+  auto* part = static_cast<double*>(scratch);
+  mix2_bwd_k<<<unsigned(chunks), kThreads, 0, st>>>(dout, x, x0, w, dx, dx0, n, part);
+  mix2_total_k<<<1, 1024, 0, st>>>(part, chunks, dw);
 }
 void scale(cudaStream_t st, float* x, float s, int64_t n) {
   if (n > 0) scale_k<<<grid_for(n), kThreads, 0, st>>>(x, s, n);
