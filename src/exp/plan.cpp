@@ -327,7 +327,7 @@ nlohmann::json PlanResult::to_json() const {
                     {"fits", c.fits}});
   return {{"budget_seconds", budget_seconds}, {"device", device},    {"vocab_size", vocab_size},
           {"bytes_per_token", bytes_per_token}, {"law", law.to_json()}, {"plan_seconds", plan_seconds},
-          {"candidates", rows}};
+          {"warning", warning}, {"candidates", rows}};
 }
 
 PlanResult make_plan(const PlanOptions& o) {
@@ -345,6 +345,21 @@ PlanResult make_plan(const PlanOptions& o) {
   omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   std::shared_ptr<Backend> be = make_backend(o.device);
   res.device = be->description();
+  // On a CPU the timings are only as good as the machine is quiet: other work running now slows
+  // the candidates by different amounts and the plan then ranks the slowdown.
+  if (be->host_visible()) {
+    double load = -1;
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+      std::fclose(f);
+    }
+    const int cores = omp_get_num_procs();
+    if (load >= 0.5 * cores)
+      res.warning = fmt::format("the machine is busy (load average {:.2f} on {} cores): tokens/s are timed "
+                                "under that load, so the ranking and the predictions may be off",
+                                load, cores);
+  }
+  if (o.progress && !res.warning.empty()) std::fprintf(stderr, "plan: warning: %s\n", res.warning.c_str());
 
   std::vector<PlanCandidate> cands;
   for (int d = o.min_depth; d <= o.max_depth; ++d) {
@@ -421,6 +436,7 @@ std::string format_plan(const PlanResult& r) {
       "leave-one-out error {:.1f}%)\n",
       r.budget_seconds, r.device, r.vocab_size, r.bytes_per_token, r.law.source, r.law.rms,
       100 * r.law.loo_rel_error);
+  if (!r.warning.empty()) s += "warning: " + r.warning + "\n";
   s += fmt::format("{:>4} {:<8} {:>6} {:>10} {:>10} {:>11} {:>10} {:>8} {:>9}\n", "rank", "config", "seq",
                    "matrix M", "tok/s", "tokens M", "pred bpb", "mem GiB", "");
   int k = 0;

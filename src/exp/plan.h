@@ -78,6 +78,7 @@ struct PlanResult {
   int vocab_size = 0;
   double bytes_per_token = 0, budget_seconds = 0, plan_seconds = 0;
   std::string device;
+  std::string warning;  // non-empty when the timings are suspect (a busy CPU)
   nlohmann::json to_json() const;
 };
 
