@@ -335,11 +335,13 @@ RunConfig preset_speedrun_10m() {
   return c;
 }
 
-// The 30-minute CPU recipe: the best configuration measured at that budget on a 2-core CPU is d4's
-// (4 x 256, 1024-token rows): at ~17M tokens the 256-token-row shapes that win at 10 minutes lose
-// to it (4 x 192 at seq 256: +0.024 bpb; bench/results/recipe.md). Budget 30 minutes.
+// The 30-minute CPU recipe: the depth rule at depth 3 (3 x 192, 1024-token rows), the planner's
+// pick for 30 minutes of a 2-core CPU, measured there at 1.631 bpb against d4's 1.656 and d2's
+// 1.755 (fp32 Xeon; bench/results/plan.md); the 256-token-row shapes that win at 10 minutes lose at
+// ~17M tokens (4 x 192 at seq 256: +0.024 bpb against d4; bench/results/recipe.md). Budget 30
+// minutes.
 RunConfig preset_speedrun_30m() {
-  RunConfig c = preset_d(4);
+  RunConfig c = preset_d(3);
   c.name = "speedrun-30m";
   c.train.budget_seconds = 1800;
   return c;
