@@ -52,6 +52,7 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     EXPECT_EQ(c.model.value_embeds, w.value_embeds) << w.name;
     EXPECT_EQ(c.train.batch_tokens, 4096) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
+    EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string(w.seq_len == 256 ? "polar" : "quintic")) << w.name;
   }
 }
 
