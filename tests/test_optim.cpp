@@ -246,14 +246,20 @@ TEST(Optim, PolarExpressSingularValuesInTighterBand) {
   EXPECT_THROW(ns_schedule("cubic", 5), Error);
 }
 
+// Muon at `lr` with fp32 Newton-Schulz and no clipping: updates comparable with a float reference.
+static OptimConfig muon_fp32_unclipped(float lr) {
+  OptimConfig cfg;
+  cfg.matrix = OptimGroup{.kind = "muon", .lr = lr};
+  cfg.matrix.ns_precision = "fp32";
+  cfg.grad_clip = 0;
+  return cfg;
+}
+
 TEST(Optim, MuonUpdateIsScaledOrthogonalisedMomentum) {
   const int rows = 64, cols = 32;  // tall: update scaled by sqrt(64/32)
   std::vector<float> d, g;
   std::vector<Param> params{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, d, g)};
-  OptimConfig cfg;
-  cfg.matrix = OptimGroup{.kind = "muon", .lr = 0.1f};
-  cfg.matrix.ns_precision = "fp32";
-  cfg.grad_clip = 0;
+  OptimConfig cfg = muon_fp32_unclipped(0.1f);
   Optimizer opt(params, cfg);
   set_to(g, random_matrix(rows, cols, 5));
   opt.step(1.0f);
@@ -388,10 +394,7 @@ TEST(Optim, NorMuonGivesEveryRowTheSameRmsAtMuonsNorm) {
   std::vector<float> dm, gm, dn, gn;
   std::vector<Param> pm{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, dm, gm)};
   std::vector<Param> pn{make_param("blocks.0.mlp.w", {rows, cols}, ParamKind::Matrix, dn, gn)};
-  OptimConfig cfg;
-  cfg.matrix = OptimGroup{.kind = "muon", .lr = 0.1f};
-  cfg.matrix.ns_precision = "fp32";
-  cfg.grad_clip = 0;
+  OptimConfig cfg = muon_fp32_unclipped(0.1f);
   Optimizer muon(pm, cfg);
   cfg.matrix.kind = "normuon";
   Optimizer normuon(pn, cfg);
