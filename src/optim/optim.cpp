@@ -169,20 +169,15 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
       st.rows = p.shape[0];
       st.cols = st.n / st.rows;  // trailing dimensions flattened
       max_muon = std::max(max_muon, st.n);
-      total += st.n + (st.normuon ? st.rows : 0);
     } else {
       st.rows = 1;
       st.cols = st.n;
-      total += 2 * st.n;
     }
     s.states.push_back(st);
   }
-  {
-    int64_t soff = 0;
-    for (OptState& st : s.states) {
-      st.soff = soff;
-      soff += state_floats(st);
-    }
+  for (OptState& st : s.states) {  // the whole state, in parameter order
+    st.soff = total;
+    total += state_floats(st);
   }
   s.storage_n = total;
   if (comm && comm->world() > 1 && cfg.shard_state) {
