@@ -93,6 +93,40 @@ TEST(GPT, BadShapesAreRefused) {
   EXPECT_THROW(m.forward(in.data(), in.data(), 1, 4), Error);  // token out of range
 }
 
+// A model allocated for B x T tokens takes the same tokens as more, shorter rows (the training
+// loop's train.seq_schedule): each short row is attended on its own, exactly as a model allocated
+// for that shape computes it, gradients included; more tokens, or longer rows, are refused.
+TEST(GPT, ShorterRowsInTheSameTokens) {
+  ModelConfig c = tiny();
+  c.zero_init_out = false;
+  const int B = 2, T = 16, S = 4, rows = B * T / S;
+  auto in = tokens(B * T, 37, 41), tg = tokens(B * T, 37, 42);
+  GPT big(c, B, T), exact(c, rows, S), one(c, 1, S);
+  for (GPT* m : {&big, &exact, &one}) m->init_weights(5);
+  std::vector<float> tl_big(B * T), tl_exact(B * T);
+  big.zero_grad();
+  exact.zero_grad();
+  const float l_big = big.forward(in.data(), tg.data(), rows, S, tl_big.data());
+  const float l_exact = exact.forward(in.data(), tg.data(), rows, S, tl_exact.data());
+  EXPECT_EQ(l_big, l_exact);
+  EXPECT_EQ(tl_big, tl_exact);
+  big.backward(1.0f);
+  exact.backward(1.0f);
+  for (size_t p = 0; p < big.params().size(); ++p) {
+    const Param &a = big.params()[p], &b = exact.params()[p];
+    ASSERT_EQ(std::memcmp(a.grad, b.grad, sizeof(float) * size_t(a.numel())), 0) << a.name;
+  }
+  // Each short row alone gives its tokens the same losses: no attention across row boundaries.
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> tl(S);
+    one.forward(in.data() + r * S, tg.data() + r * S, 1, S, tl.data());
+    for (int t = 0; t < S; ++t) EXPECT_NEAR(tl[t], tl_big[r * S + t], 1e-5) << "row " << r << " position " << t;
+  }
+  EXPECT_THROW(big.forward(in.data(), tg.data(), 1, 2 * T), Error);  // longer rows than allocated
+  std::vector<int32_t> more = tokens(3 * T, 37, 43);
+  EXPECT_THROW(big.forward(more.data(), more.data(), 3, T), Error);  // more tokens than allocated
+}
+
 TEST(GPT, UntrainedLossIsLnVocab) {
   ModelConfig c = tiny();
   c.vocab_size = 300;

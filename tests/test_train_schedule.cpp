@@ -108,3 +108,31 @@ TEST(TrainSchedule, FollowsTheBudgetFraction) {
     prev = v;
   }
 }
+
+TEST(TrainSchedule, RowLengthStages) {
+  const std::vector<SeqStage> st = parse_seq_schedule("128@0.25,256@0.5", 1024);
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].seq_len, 128);
+  EXPECT_DOUBLE_EQ(st[1].until, 0.5);
+  EXPECT_EQ(seq_len_at(st, 1024, 0.0), 128);
+  EXPECT_EQ(seq_len_at(st, 1024, 0.2499), 128);
+  EXPECT_EQ(seq_len_at(st, 1024, 0.25), 256);
+  EXPECT_EQ(seq_len_at(st, 1024, 0.5), 1024);
+  EXPECT_EQ(seq_len_at(st, 1024, 1.0), 1024);
+  EXPECT_EQ(seq_len_at({}, 1024, 0.0), 1024);  // no schedule: full rows throughout
+  EXPECT_TRUE(parse_seq_schedule("", 1024).empty());
+  EXPECT_EQ(seq_len_at(parse_seq_schedule("64@1", 1024), 1024, 0.999), 64);
+  // Refused, each with a message naming the key.
+  for (const char* bad : {"256", "256@", "@0.5", "x@0.5", "256@abc", "256@0", "256@1.5", "300@0.5", "1024@0.5",
+                          "2048@0.5", "256@0.5,128@0.7", "128@0.5,256@0.4", "256@0.5,", "256@nan", "-256@0.5"}) {
+    try {
+      parse_seq_schedule(bad, 1024);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.seq_schedule"), std::string::npos) << e.what();
+    }
+  }
+  // validate() checks it against the model's seq_len.
+  EXPECT_THROW(load_config("d4", {"train.seq_schedule=96@0.5"}), Error);
+  EXPECT_EQ(load_config("d4", {"train.seq_schedule=256@0.5"}).train.seq_schedule, "256@0.5");
+}

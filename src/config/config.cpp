@@ -3,6 +3,7 @@
 // overrides and the unknown-key check can never disagree. Keys are documented in docs/CONFIG.md.
 #include "config/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -92,6 +93,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"train.log_every", &t.log_every});
   f.push_back({"train.seed", &t.seed});
   f.push_back({"train.threads", &t.threads});
+  f.push_back({"train.seq_schedule", &t.seq_schedule});
   return f;
 }
 
@@ -575,7 +577,39 @@ void validate(const RunConfig& c) {
   if (t.keep_checkpoints < 1) fail("train.keep_checkpoints must be >= 1, got {}", t.keep_checkpoints);
   if (t.log_every < 1) fail("train.log_every must be >= 1, got {}", t.log_every);
   if (t.threads < 0) fail("train.threads must be >= 0 (0 = all cores), got {}", t.threads);
+  parse_seq_schedule(t.seq_schedule, m.seq_len);
   if (c.name.empty()) fail("config name must not be empty");
+}
+
+std::vector<SeqStage> parse_seq_schedule(const std::string& text, int model_seq_len) {
+  std::vector<SeqStage> stages;
+  if (text.empty()) return stages;
+  auto bad = [&](const std::string& why) {
+    fail("train.seq_schedule '{}': {} (expected LEN@FRAC[,LEN@FRAC...], e.g. 256@0.5)", text, why);
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const size_t at = item.find('@');
+    if (at == std::string::npos) bad(fmt::format("stage '{}' has no '@'", item));
+    const std::string len_s = item.substr(0, at), frac_s = item.substr(at + 1);
+    if (len_s.empty() || len_s.size() > 9 || len_s.find_first_not_of("0123456789") != std::string::npos)
+      bad(fmt::format("'{}' is not a row length", len_s));
+    char* end = nullptr;
+    const double until = std::strtod(frac_s.c_str(), &end);
+    if (frac_s.empty() || end != frac_s.c_str() + frac_s.size() || !std::isfinite(until))
+      bad(fmt::format("'{}' is not a fraction", frac_s));
+    SeqStage st{std::stoi(len_s), until};
+    if (st.seq_len < 1 || st.seq_len >= model_seq_len || model_seq_len % st.seq_len != 0)
+      bad(fmt::format("row length {} must be shorter than model.seq_len {} and divide it", st.seq_len, model_seq_len));
+    if (!(st.until > 0 && st.until <= 1)) bad(fmt::format("fraction {} is outside (0, 1]", frac_s));
+    if (!stages.empty() && (st.seq_len <= stages.back().seq_len || st.until <= stages.back().until))
+      bad("lengths and fractions must increase from stage to stage");
+    stages.push_back(st);
+    start = comma + 1;
+  }
+  return stages;
 }
 
 uint64_t config_hash(const RunConfig& cfg) {

@@ -35,7 +35,19 @@ struct TrainConfig {
   int64_t periodic_val_tokens = 131072;  // tokens of each periodic val bpb (the final uses val_tokens)
   int eval_batch = 0;            // rows per eval forward (0 = micro_batch)
   int keep_checkpoints = 1;      // newest checkpoints kept in RUN/checkpoints
+  // Shorter rows early in the run: "LEN@FRAC[,LEN@FRAC...]", e.g. "256@0.5" = rows of 256 tokens
+  // until half the budget, then model.seq_len. Empty = model.seq_len throughout (see docs/CONFIG.md).
+  std::string seq_schedule;
 };
+
+// One stage of train.seq_schedule: rows of `seq_len` tokens while the budget fraction is < `until`.
+struct SeqStage {
+  int seq_len = 0;
+  double until = 0;
+};
+// The stages of a train.seq_schedule text, checked against the model's seq_len (each length
+// divides it and is shorter; lengths and fractions increase; fractions in (0, 1]); throws Error.
+std::vector<SeqStage> parse_seq_schedule(const std::string& text, int model_seq_len);
 
 struct RunConfig {
   std::string name = "custom";   // preset name or config file stem

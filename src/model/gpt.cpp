@@ -435,8 +435,11 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
 }
 
 void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
-  if (B_ <= 0 || T_ <= 0 || B_ > max_B || T_ > max_T)
-    fail("GPT forward: batch {}x{} exceeds the allocated {}x{}", B_, T_, max_B, max_T);
+  // The arena holds max_B * max_T tokens of every activation (only the RoPE tables have max_T
+  // rows), so any B x T of at most that many tokens fits: the training loop's shorter rows
+  // (train.seq_schedule) are the same tokens cut into more rows.
+  if (B_ <= 0 || T_ <= 0 || T_ > max_T || int64_t(B_) * T_ > int64_t(max_B) * max_T)
+    fail("GPT forward: batch {}x{} exceeds the allocated {}x{} tokens", B_, T_, max_B, max_T);
   B = B_;
   T = T_;
   const int64_t N = int64_t(B) * T;

@@ -81,7 +81,7 @@ struct GPT {
   GPT& operator=(GPT&&) noexcept;
 
   void init_weights(uint64_t seed);
-  // Training/eval forward over B rows of T tokens. Returns the mean cross-entropy (nats) over
+  // Training/eval forward over B rows of T tokens (T <= max_T and B*T <= max_B*max_T). Returns the mean cross-entropy (nats) over
   // targets >= 0 (a target < 0 is ignored). Optional outputs, each B*T: per-token loss in nats
   // (0 where ignored) and the argmax prediction at each position. Keeps what backward needs.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,

@@ -26,4 +26,10 @@ ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac) {
   return v;
 }
 
+int seq_len_at(const std::vector<SeqStage>& stages, int full_seq_len, double frac) {
+  for (const SeqStage& s : stages)
+    if (frac < s.until) return s.seq_len;
+  return full_seq_len;
+}
+
 }  // namespace clm

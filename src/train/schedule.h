@@ -1,6 +1,6 @@
-// Learning-rate, Muon-momentum and weight-decay schedules as pure functions of the fraction of the
-// budget used (or of step/max_steps in deterministic mode), so a run always finishes its warmdown
-// exactly when its budget ends, whatever the machine's speed.
+// Learning-rate, Muon-momentum, weight-decay and row-length schedules as pure functions of the
+// fraction of the budget used (or of step/max_steps in deterministic mode), so a run always
+// finishes its warmdown exactly when its budget ends, whatever the machine's speed.
 #pragma once
 #include "config/config.h"
 
@@ -18,5 +18,9 @@ struct ScheduleValues {
 //   momentum: muon_momentum_start -> momentum linearly over muon_momentum_warmup_frac.
 //   wd:  constant 1 | linear 1 - frac | lr (= lr_scale).
 ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac);
+
+// Row length at budget fraction `frac`: the first stage (train.seq_schedule, parsed) whose `until`
+// is above frac, else the model's full seq_len.
+int seq_len_at(const std::vector<SeqStage>& stages, int full_seq_len, double frac);
 
 }  // namespace clm

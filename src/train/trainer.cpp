@@ -215,6 +215,10 @@ TrainResult train(const TrainOptions& o) {
   Rng rng(tc.seed ^ 0x7261696eULL);  // reserved for stochastic training features; checkpointed
 
   const int64_t accum = tc.batch_tokens / rank_tokens;  // micro-batches per rank per step
+  // train.seq_schedule: early steps cut each micro-batch's B rows of T into more, shorter rows. The
+  // loader's rows and their order do not change; the same B*T tokens are read as B*T/S rows of S
+  // (row-major, so no copy), i.e. attention only within aligned blocks of S tokens, and cheaper.
+  const std::vector<SeqStage> seq_stages = parse_seq_schedule(tc.seq_schedule, T);
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
   // MFU against the CPU roofline only makes sense for the CPU backend; other devices report none.
@@ -224,6 +228,7 @@ TrainResult train(const TrainOptions& o) {
   BudgetClock clock;
   clock.budget = tc.budget_seconds;
   int64_t step = 0, tokens = 0;
+  double flops_done = 0;  // model FLOPs of the steps so far (attention's share depends on the row length)
   double next_eval_at = tc.eval_every_seconds, next_ckpt_at = tc.checkpoint_every_seconds;
   nlohmann::json last_val;
   std::vector<std::string> kept_ckpts;
@@ -257,6 +262,7 @@ TrainResult train(const TrainOptions& o) {
     }
     step = st.at("step").get<int64_t>();
     tokens = st.at("tokens").get<int64_t>();
+    flops_done = st.value("model_flops", double(tokens) * flops_per_token);
     clock.used = st.at("budget_used").get<double>();
     clock.recent = st.value("recent_step_seconds", std::vector<double>{});
     loader.restore(my_loader);
@@ -308,6 +314,7 @@ TrainResult train(const TrainOptions& o) {
     for (const std::string& s : states) loaders.push_back(nlohmann::json::parse(s));
     nlohmann::json st = {{"step", step},
                          {"tokens", tokens},
+                         {"model_flops", flops_done},
                          {"budget_used", clock.used},
                          {"budget_seconds", clock.budget},
                          {"recent_step_seconds", clock.recent},
@@ -385,6 +392,11 @@ TrainResult train(const TrainOptions& o) {
                cfg.optim.matrix.kind == "muon" ? "Muon+AdamW" : cfg.optim.matrix.kind == "normuon" ? "NorMuon+AdamW" : "AdamW",
                clock.budget,
                det ? fmt::format(", max_steps {}", tc.max_steps).c_str() : "");
+  if (!quiet && !seq_stages.empty()) {
+    std::string stages;
+    for (const SeqStage& st : seq_stages) stages += fmt::format("{} until {:.0f}%, ", st.seq_len, 100.0 * st.until);
+    std::fprintf(stderr, "train: rows of %sthen %d tokens (train.seq_schedule)\n", stages.c_str(), T);
+  }
 
   while (true) {
     if (det && step >= tc.max_steps) break;
@@ -404,6 +416,8 @@ TrainResult train(const TrainOptions& o) {
     }
     const double frac = fraction();
     const ScheduleValues sv = schedule_at(tc, cfg.optim.matrix.momentum, frac);
+    const int Ts = seq_len_at(seq_stages, T, frac);
+    const int Bs = int(int64_t(B) * T / Ts);
     const bool profiling = o.profile && step >= prof_first && step < prof_first + prof_steps;
     model.set_profiler(profiling ? &prof : nullptr);
     opt.set_profiler(profiling ? &prof : nullptr);
@@ -419,7 +433,7 @@ TrainResult train(const TrainOptions& o) {
     try {
       StepOptions so;
       so.comm = &comm;
-      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, B, T, sv, so);
+      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, Bs, Ts, sv, so);
     } catch (const NonFiniteError& e) {
       // With several ranks train_step throws on every rank at once, so this is collective.
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
@@ -446,6 +460,8 @@ TrainResult train(const TrainOptions& o) {
     last_loss = sr.loss;
 
     const double tps = double(tc.batch_tokens) / dt;
+    const double step_flops_per_token = Ts == T ? flops_per_token : model.flops_per_token(Ts);
+    flops_done += double(tc.batch_tokens) * step_flops_per_token;
     nlohmann::json row = {{"step", step},
                           {"tokens", tokens},
                           {"device_seconds", clock.used},
@@ -457,8 +473,9 @@ TrainResult train(const TrainOptions& o) {
                           {"grad_norm", grad_norm},
                           {"step_seconds", dt},
                           {"tokens_per_second", tps},
-                          {"model_flops_per_second", tps * flops_per_token}};
-    if (peak_flops > 0) row["mfu"] = tps * flops_per_token / peak_flops;
+                          {"model_flops_per_second", tps * step_flops_per_token}};
+    if (!seq_stages.empty()) row["seq_len"] = Ts;
+    if (peak_flops > 0) row["mfu"] = tps * step_flops_per_token / peak_flops;
     if (world > 1) {
       row["comm_seconds"] = sr.comm_seconds;
       row["comm_bytes"] = sr.comm_bytes;
@@ -484,7 +501,7 @@ TrainResult train(const TrainOptions& o) {
     }
     if (log_row && metrics) metrics->append(row);
 
-    const double mflops = tps * flops_per_token;
+    const double mflops = tps * step_flops_per_token;
     std::string mfu = peak_flops > 0 ? fmt::format("MFU {:.0f}%", 100.0 * mflops / peak_flops)
                                      : fmt::format("{}FLOP/s", human(mflops));
     if (progress)
@@ -553,7 +570,7 @@ TrainResult train(const TrainOptions& o) {
       {"params", n_params},
       {"flops_per_token", flops_per_token},
       {"tokens_per_second", clock.used > 0 ? double(tokens) / clock.used : 0.0},
-      {"model_flops_per_second", clock.used > 0 ? double(tokens) * flops_per_token / clock.used : 0.0},
+      {"model_flops_per_second", clock.used > 0 ? flops_done / clock.used : 0.0},
       {"final_loss", last_loss},
       {"threads", threads},
       {"ranks", world},
