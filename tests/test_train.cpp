@@ -266,6 +266,42 @@ TEST(TrainCli, RowLengthScheduleSwitchesAndResumes) {
   fs::remove_all(b);
 }
 
+// Where `auto` precision is decided by timing (AVX512_BF16 without AMX), the verdict is kept in the
+// cache folder, so every later process on the machine (a resume, an evaluation, another rank)
+// multiplies in the same precision as the first.
+TEST(TrainCli, MeasuredPrecisionIsCachedForTheMachine) {
+  const std::string bin = CLOCKLM_BINARY, cache = temp_run("cache"), a = temp_run("prec1"), b = temp_run("prec2");
+  fs::create_directories(cache);
+  const std::string cmd = "XDG_CACHE_HOME=" + cache + " " + bin + " train" + kTiny +
+                          " --set max_steps=1 --set eval_every_seconds=0 --data " + tiny_dataset() + " --budget 1h --out ";
+  CmdResult r1 = run_cmd(cmd + a);
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  const auto run1 = nlohmann::json::parse(read_file(a + "/run.json"));
+  if (run1["device"].get<std::string>().find("measured at") == std::string::npos) {
+    fs::remove_all(cache);
+    fs::remove_all(a);
+    GTEST_SKIP() << "this CPU decides bf16 without timing: " << run1["device"];
+  }
+  std::vector<fs::path> files;
+  for (auto& e : fs::recursive_directory_iterator(cache))
+    if (e.path().filename().string().starts_with("bf16-choice-")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  const auto cached = nlohmann::json::parse(read_file(files[0].string()));
+  EXPECT_EQ(cached["bf16_faster"].get<bool>(), run1["matmul_precision"] == "bf16");
+  // The second process takes the cached verdict, even one it would not measure itself.
+  const bool flipped = !cached["bf16_faster"].get<bool>();
+  atomic_write(files[0].string(),
+               nlohmann::json{{"bf16_faster", flipped}, {"fp32_over_bf16_time", 9.5}}.dump());
+  CmdResult r2 = run_cmd(cmd + b);
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  const auto run2 = nlohmann::json::parse(read_file(b + "/run.json"));
+  EXPECT_EQ(run2["matmul_precision"], flipped ? "bf16" : "fp32");
+  EXPECT_NE(run2["device"].get<std::string>().find("9.50x"), std::string::npos) << run2["device"];
+  fs::remove_all(cache);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 TEST(TrainCli, BadInputsGiveOneLineErrors) {
   const std::string bin = CLOCKLM_BINARY, run = temp_run("bad");
   auto one_line_error = [&](const std::string& args, const std::string& want) {

@@ -1,6 +1,7 @@
 // The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
 // oneDNN matmuls, optimizer kernels, Newton-Schulz). Device memory is host memory, so memory
 // operations are memcpy/memset and the device clock is the wall clock.
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include <dnnl.hpp>
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
@@ -34,18 +36,63 @@ struct WallTimer : DeviceTimer {
 // faster; AMX multiplies bf16 tiles far faster than any fp32 path. AVX512_BF16 alone decides
 // nothing: on one Emerald Rapids guest whose hypervisor hides AMX, oneDNN 2.6 ran bf16 at 171
 // GFLOP/s and fp32 at 312, while a Zen 4 runs bf16 about twice as fast as fp32. There the two are
-// timed on a layer-sized gemm (a few tens of ms, once per process).
+// timed on a layer-sized gemm (a few tens of ms), and the verdict is cached for the machine: a
+// verdict taken afresh by every process could differ between two processes on a loaded machine,
+// and then a resumed run, an evaluation or another rank would multiply in another precision than
+// the run it continues (no longer bit-exact).
 struct Bf16Choice {
   bool faster = false;
   double ratio = 0;  // measured fp32 time / bf16 time (0: not measured)
 };
 
+// $XDG_CACHE_HOME or ~/.cache, then clocklm/bf16-choice-<hostname>-<hash of the CPU model, oneDNN's
+// ISA and the logical CPUs>.json; "" without a home.
+std::string bf16_choice_cache_path(int isa) {
+  std::string base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
+  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
+  else return "";
+  std::string model, line;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  while (model.empty() && std::getline(cpuinfo, line))
+    if (line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 1);
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  const std::string key = fmt::format("{}|{}|{}", model, isa, ::sysconf(_SC_NPROCESSORS_ONLN));
+  return fmt::format("{}/clocklm/bf16-choice-{}-{}.json", base, host[0] ? host : "unknown",
+                     hex64(fnv1a64(key.data(), key.size())).substr(0, 8));
+}
+
 Bf16Choice choose_bf16() {
   const auto isa = dnnl::get_effective_cpu_isa();
   if (isa == dnnl::cpu_isa::avx512_core_amx) return {true, 0};
   if (isa != dnnl::cpu_isa::avx512_core_bf16) return {false, 0};
-  const Bf16Timing t = time_bf16_vs_fp32(2048, 1024, 256, 3);
-  return {prefer_bf16(t.bf16_seconds, t.fp32_seconds), t.fp32_seconds / t.bf16_seconds};
+  const std::string path = bf16_choice_cache_path(int(isa));
+  if (!path.empty() && path_exists(path)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(read_file(path));
+      return {j.at("bf16_faster").get<bool>(), j.at("fp32_over_bf16_time").get<double>()};
+    } catch (const std::exception&) {
+      // unreadable: measured again below and rewritten
+    }
+  }
+  // One thread and the best of 15 alternating repetitions (~0.1 s): the ratio is a property of a
+  // core, and a gemm split over threads is slowed by any thread that another process preempts.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Bf16Timing t = time_bf16_vs_fp32(2048, 1024, 256, 15);
+  omp_set_num_threads(threads);
+  const Bf16Choice c{prefer_bf16(t.bf16_seconds, t.fp32_seconds), t.fp32_seconds / t.bf16_seconds};
+  if (!path.empty()) {
+    try {
+      make_dirs(path.substr(0, path.rfind('/')));
+      atomic_write(path, nlohmann::json{{"bf16_faster", c.faster}, {"fp32_over_bf16_time", c.ratio},
+                                        {"gemm", "2048x1024x256"}}.dump() + "\n");
+    } catch (const Error&) {
+      // a read-only home: every process measures for itself, as without a cache
+    }
+  }
+  return c;
 }
 
 const Bf16Choice& bf16_choice() {
