@@ -45,7 +45,9 @@ TEST(EvalGpt, UniformLogitsGiveLog2VBitsPerToken) {
   GPT model(c, B, T);
   model.init_weights(1);  // zero_init_out: the LM head is zero, so every logit is 0
   for (auto& p : model.params()) {
-    if (p.name == "lm_head") ASSERT_EQ(p.data[0], 0.0f);
+    if (p.name == "lm_head") {
+      ASSERT_EQ(p.data[0], 0.0f);
+    }
   }
   model.set_grad_enabled(false);
   // Byte lengths: 1 for the 256 bytes, 0 for BOS; a stream of bytes with a BOS every 50.
