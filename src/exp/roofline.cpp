@@ -14,6 +14,7 @@
 #include <dnnl.hpp>
 
 #include "backend/cpu/dnnl_context.h"
+#include "core/cache_dir.h"
 #include "core/common.h"
 #include "exp/runinfo.h"
 
@@ -184,15 +185,13 @@ Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, 
 
 std::string roofline_cache_path(int threads) {
   if (threads <= 0) threads = default_threads();
-  std::string base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
-  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
-  else return "";
+  const std::string base = clocklm_cache_dir();
+  if (base.empty()) return "";
   auto m = machine_info();
   std::string key = m.value("cpu_model", "") + "|" + m["cpu_features"].dump() + "|" + std::to_string(threads) +
                     "|" + std::to_string(m.value("logical_cpus", 0));
   uint64_t h = fnv1a64(key.data(), key.size());
-  return fmt::format("{}/clocklm/roofline-{}-{}.json", base, m.value("hostname", "unknown"),
+  return fmt::format("{}/roofline-{}-{}.json", base, m.value("hostname", "unknown"),
                      hex64(h).substr(0, 8));
 }
 

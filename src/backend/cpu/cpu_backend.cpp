@@ -19,6 +19,7 @@
 #include "backend/cpu/newton_schulz.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/optim_kernels.h"
+#include "core/cache_dir.h"
 #include "core/common.h"
 
 namespace clm {
@@ -48,10 +49,8 @@ struct Bf16Choice {
 // $XDG_CACHE_HOME or ~/.cache, then clocklm/bf16-choice-<hostname>-<hash of the CPU model, oneDNN's
 // ISA and the logical CPUs>.json; "" without a home.
 std::string bf16_choice_cache_path(int isa) {
-  std::string base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) base = x;
-  else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.cache";
-  else return "";
+  const std::string base = clocklm_cache_dir();
+  if (base.empty()) return "";
   std::string model, line;
   std::ifstream cpuinfo("/proc/cpuinfo");
   while (model.empty() && std::getline(cpuinfo, line))
@@ -59,7 +58,7 @@ std::string bf16_choice_cache_path(int isa) {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
   const std::string key = fmt::format("{}|{}|{}", model, isa, ::sysconf(_SC_NPROCESSORS_ONLN));
-  return fmt::format("{}/clocklm/bf16-choice-{}-{}.json", base, host[0] ? host : "unknown",
+  return fmt::format("{}/bf16-choice-{}-{}.json", base, host[0] ? host : "unknown",
                      hex64(fnv1a64(key.data(), key.size())).substr(0, 8));
 }
 
