@@ -35,6 +35,13 @@ TEMPLATE="$OUT/template/checkpoints/$(cat "$OUT/template/checkpoints/latest")"
 OPENBLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-pthread
 [ -e "$OPENBLAS_DIR/libblas.so.3" ] || { echo "recipe_peer: apt-get install libopenblas0-pthread first" >&2; exit 1; }
 export LD_LIBRARY_PATH="$OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
+# glibc hands every block over 32 MB straight back to the kernel, so each step of the peer faults its
+# logits and attention buffers in again page by page; on a KVM guest where a fault costs ~25 us that
+# was 80% of a d4 step (measured on a Zen 5: 23 s a step on one thread with glibc, 4.8 s with
+# tcmalloc). PyTorch's CPU tuning advice is a caching allocator, so the peer gets tcmalloc.
+TCMALLOC=${PEER_MALLOC:-/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4}
+[ -e "$TCMALLOC" ] || { echo "recipe_peer: apt-get install libtcmalloc-minimal4 first (or PEER_MALLOC=path)" >&2; exit 1; }
+export LD_PRELOAD="$TCMALLOC${LD_PRELOAD:+:$LD_PRELOAD}"
 # PEER_REUSE_TPS=1 keeps the tps-*.json of an earlier measurement (e.g. one made on a quiet machine
 # before training under load).
 for prec in fp32 bf16; do

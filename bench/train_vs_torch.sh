@@ -18,7 +18,7 @@
 # (libopenblas0-pthread, installed if missing) put first by LD_LIBRARY_PATH, since the reference BLAS
 # would measure netlib (~5 GFLOP/s) and the OpenMP OpenBLAS stalls on small GEMMs inside torch's
 # OpenMP pool (GOMP_SPINCOUNT=10000 keeps the two thread pools from starving each other).
-# --system-blas: leave libblas.so.3 (and GOMP_SPINCOUNT) as the system has them.
+# --system-blas: leave libblas.so.3, GOMP_SPINCOUNT and the allocator (glibc) as the system has them.
 # If this clocklm build does not know model.matmul_precision, the clocklm runs fall back to
 # `bench train --fp32` for fp32 and no flag (its default, bf16) for bf16, and "auto" is reported as
 # unavailable; the ratio column then uses the default (bf16) run.
@@ -80,9 +80,14 @@ if [ "$SYSTEM_BLAS" = 0 ]; then
   # OpenBLAS's pthreads and torch's OpenMP threads each spin after their work; on few cores they
   # starve each other (Muon's fp32 Newton-Schulz ran 5-10x slower here). A short OpenMP spin fixes it
   # (no effect measured on the bf16 runs, which never enter OpenBLAS).
+  # glibc returns every block over 32 MB to the kernel, so each step of the peer faults its large
+  # activations in again page by page (80% of a d4 step on a KVM Zen 5); a caching allocator, as
+  # PyTorch's CPU tuning advice has it, keeps them mapped.
+  TCMALLOC=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+  [ -e "$TCMALLOC" ] || apt_install libtcmalloc-minimal4
   PEER_ENV=(env "LD_LIBRARY_PATH=$OPENBLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-            "GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}")
-  BLAS="OpenBLAS $(dpkg-query -W -f '${Version}' libopenblas0-pthread 2>/dev/null) (pthread, $OPENBLAS_DIR; peer runs with GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000})"
+            "GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}" "LD_PRELOAD=$TCMALLOC${LD_PRELOAD:+:$LD_PRELOAD}")
+  BLAS="OpenBLAS $(dpkg-query -W -f '${Version}' libopenblas0-pthread 2>/dev/null) (pthread, $OPENBLAS_DIR; peer runs with GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000} and tcmalloc)"
 else
   BLAS="system libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
 fi
