@@ -42,7 +42,7 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     int n_layer, d_model, seq_len, value_embeds;
     double budget;
   };
-  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600}, Want{"speedrun-30m", 3, 192, 1024, 0, 1800}}) {
+  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600}, Want{"speedrun-30m", 3, 192, 1024, 3, 1800}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;
     EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
@@ -52,7 +52,7 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     EXPECT_EQ(c.model.value_embeds, w.value_embeds) << w.name;
     EXPECT_EQ(c.train.batch_tokens, 4096) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
-    EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string(w.seq_len == 256 ? "polar" : "quintic")) << w.name;
+    EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string("polar")) << w.name;
   }
 }
 

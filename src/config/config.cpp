@@ -340,13 +340,17 @@ RunConfig preset_speedrun_10m() {
 }
 
 // The 30-minute CPU recipe: the depth rule at depth 3 (3 x 192, 1024-token rows), the planner's
-// pick for 30 minutes of a 2-core CPU, measured there at 1.631 bpb against d4's 1.656 and d2's
-// 1.755 (fp32 Xeon; bench/results/plan.md); the 256-token-row shapes that win at 10 minutes lose at
-// ~17M tokens (4 x 192 at seq 256: +0.024 bpb against d4; bench/results/recipe.md). Budget 30
-// minutes.
+// pick for 30 minutes of a 2-core CPU (1.631 bpb against d4's 1.656 and d2's 1.755 on an fp32 Xeon;
+// bench/results/plan.md), with the two levers that won on the 10-minute shape: a value embedding in
+// every block and Polar Express coefficients. So built it reached 1.549 against d4's 1.577 at 30
+// minutes of a bf16 Zen 5 (bench/results/recipe.md, "Sixth screen"; plain d3 was not run there).
+// The 256-token-row shapes that win at 10 minutes lose at ~17M tokens (4 x 192 at seq 256: +0.024
+// bpb against d4). Budget 30 minutes.
 RunConfig preset_speedrun_30m() {
   RunConfig c = preset_d(3);
   c.name = "speedrun-30m";
+  c.model.value_embeds = 3;
+  c.optim.matrix.ns_coeffs = "polar";
   c.train.budget_seconds = 1800;
   return c;
 }
