@@ -41,8 +41,11 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     const char* name;
     int n_layer, d_model, seq_len, value_embeds;
     double budget;
+    int64_t batch_tokens;
+    const char* batch_schedule;
   };
-  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600}, Want{"speedrun-30m", 3, 192, 1024, 3, 1800}}) {
+  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5"},
+                        Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, ""}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;
     EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
@@ -50,7 +53,8 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     EXPECT_EQ(c.model.seq_len, w.seq_len) << w.name;
     EXPECT_EQ(c.model.bigram_buckets, 0) << w.name;
     EXPECT_EQ(c.model.value_embeds, w.value_embeds) << w.name;
-    EXPECT_EQ(c.train.batch_tokens, 4096) << w.name;
+    EXPECT_EQ(c.train.batch_tokens, w.batch_tokens) << w.name;
+    EXPECT_EQ(c.train.batch_schedule, std::string(w.batch_schedule)) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
     EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string("polar")) << w.name;
   }

@@ -136,3 +136,35 @@ TEST(TrainSchedule, RowLengthStages) {
   EXPECT_THROW(load_config("d4", {"train.seq_schedule=96@0.5"}), Error);
   EXPECT_EQ(load_config("d4", {"train.seq_schedule=256@0.5"}).train.seq_schedule, "256@0.5");
 }
+
+TEST(TrainSchedule, BatchSizeStages) {
+  const std::vector<BatchStage> st = parse_batch_schedule("1024@0.25,2048@0.5", 4096, 512);
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].tokens, 1024);
+  EXPECT_DOUBLE_EQ(st[1].until, 0.5);
+  EXPECT_EQ(batch_tokens_at(st, 4096, 0.0), 1024);
+  EXPECT_EQ(batch_tokens_at(st, 4096, 0.2499), 1024);
+  EXPECT_EQ(batch_tokens_at(st, 4096, 0.25), 2048);
+  EXPECT_EQ(batch_tokens_at(st, 4096, 0.5), 4096);
+  EXPECT_EQ(batch_tokens_at(st, 4096, 1.0), 4096);
+  EXPECT_EQ(batch_tokens_at({}, 4096, 0.0), 4096);  // no schedule: batch_tokens throughout
+  EXPECT_TRUE(parse_batch_schedule("", 4096, 512).empty());
+  EXPECT_EQ(batch_tokens_at(parse_batch_schedule("512@1", 4096, 512), 4096, 0.999), 512);
+  // Refused, each with a message naming the key: not a multiple of a micro-batch, not smaller than
+  // batch_tokens, sizes or fractions not increasing, malformed.
+  for (const char* bad : {"1024", "1024@", "@0.5", "x@0.5", "1024@abc", "1024@0", "1024@1.5", "1000@0.5", "4096@0.5",
+                          "8192@0.5", "2048@0.5,1024@0.7", "1024@0.5,2048@0.4", "1024@0.5,", "1024@nan", "-1024@0.5",
+                          "0@0.5", "99999999999999@0.5"}) {
+    try {
+      parse_batch_schedule(bad, 4096, 512);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.batch_schedule"), std::string::npos) << e.what();
+    }
+  }
+  // validate() checks it against batch_tokens and the micro-batch (d4: 4 x 1024 = 4096 per step).
+  EXPECT_THROW(load_config("d4", {"train.batch_schedule=2048@0.5"}), Error);
+  EXPECT_THROW(load_config("d4", {"train.batch_tokens=8192", "train.batch_schedule=6000@0.5"}), Error);
+  EXPECT_EQ(load_config("d4", {"train.batch_tokens=8192", "train.batch_schedule=4096@0.5"}).train.batch_schedule,
+            "4096@0.5");
+}

@@ -94,6 +94,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"train.seed", &t.seed});
   f.push_back({"train.threads", &t.threads});
   f.push_back({"train.seq_schedule", &t.seq_schedule});
+  f.push_back({"train.batch_schedule", &t.batch_schedule});
   return f;
 }
 
@@ -313,10 +314,13 @@ RunConfig preset_server_4h() {
 
 // The measured 10-minute CPU recipe (bench/results/recipe.md): at a few minutes of a 2-core CPU
 // the smaller, faster shape wins: 3 layers of width 192 (AdamW lrs by the 1/sqrt(width) rule) and
-// 256-token rows (16 per micro-batch, one micro-batch of 4096 tokens per step), with a value
-// embedding in every block (-0.040 bpb at 2.2M tokens over two seeds, -0.044 at 5.6M) and Muon's
-// Newton-Schulz on Polar Express coefficients (-0.003 to -0.006 at 2.2M tokens in each of four
-// seed pairs, at no cost); vocab from the dataset (measured with 8192); budget 10 minutes.
+// 256-token rows (16 per micro-batch of 4096 tokens), with a value embedding in every block
+// (-0.040 bpb at 2.2M tokens over two seeds, -0.044 at 5.6M) and Muon's Newton-Schulz on Polar
+// Express coefficients (-0.003 to -0.006 at 2.2M tokens in each of four seed pairs, at no cost);
+// vocab from the dataset (measured with 8192); budget 10 minutes. Steps of 4096 tokens for the
+// first half of the budget, then 8192 (train.batch_schedule: -0.018 and -0.007 bpb in two seeds at
+// 10 minutes of a bf16 Zen 5 against 4096 throughout, the same tokens read; recipe.md, "Seventh
+// screen").
 RunConfig preset_speedrun_10m() {
   RunConfig c;
   c.name = "speedrun-10m";
@@ -333,7 +337,8 @@ RunConfig preset_speedrun_10m() {
   c.model.value_embeds = 3;
   scale_adamw_lrs(c);
   c.optim.matrix.ns_coeffs = "polar";
-  c.train.batch_tokens = 4096;
+  c.train.batch_tokens = 8192;
+  c.train.batch_schedule = "4096@0.5";
   c.train.micro_batch = 16;
   c.train.budget_seconds = 600;
   return c;
@@ -582,8 +587,47 @@ void validate(const RunConfig& c) {
   if (t.log_every < 1) fail("train.log_every must be >= 1, got {}", t.log_every);
   if (t.threads < 0) fail("train.threads must be >= 0 (0 = all cores), got {}", t.threads);
   parse_seq_schedule(t.seq_schedule, m.seq_len);
+  parse_batch_schedule(t.batch_schedule, t.batch_tokens, micro_tokens);
   if (c.name.empty()) fail("config name must not be empty");
 }
+
+namespace {
+
+// One "N@FRAC" stage of a schedule text: N a positive integer of at most 12 digits, FRAC finite.
+struct RawStage {
+  int64_t n = 0;
+  double until = 0;
+  std::string frac_text;
+};
+
+// Splits "N@FRAC[,N@FRAC...]" into stages, calling bad(why) (which throws) on a malformed one.
+template <class Bad>
+std::vector<RawStage> split_stages(const std::string& text, const char* what, Bad&& bad) {
+  std::vector<RawStage> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const size_t at = item.find('@');
+    if (at == std::string::npos) bad(fmt::format("stage '{}' has no '@'", item));
+    const std::string n_s = item.substr(0, at), frac_s = item.substr(at + 1);
+    if (n_s.empty() || n_s.size() > 12 || n_s.find_first_not_of("0123456789") != std::string::npos)
+      bad(fmt::format("'{}' is not {}", n_s, what));
+    char* end = nullptr;
+    const double until = std::strtod(frac_s.c_str(), &end);
+    if (frac_s.empty() || end != frac_s.c_str() + frac_s.size() || !std::isfinite(until))
+      bad(fmt::format("'{}' is not a fraction", frac_s));
+    if (!(until > 0 && until <= 1)) bad(fmt::format("fraction {} is outside (0, 1]", frac_s));
+    RawStage st{std::stoll(n_s), until, frac_s};
+    if (!out.empty() && (st.n <= out.back().n || st.until <= out.back().until))
+      bad("sizes and fractions must increase from stage to stage");
+    out.push_back(st);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<SeqStage> parse_seq_schedule(const std::string& text, int model_seq_len) {
   std::vector<SeqStage> stages;
@@ -591,27 +635,26 @@ std::vector<SeqStage> parse_seq_schedule(const std::string& text, int model_seq_
   auto bad = [&](const std::string& why) {
     fail("train.seq_schedule '{}': {} (expected LEN@FRAC[,LEN@FRAC...], e.g. 256@0.5)", text, why);
   };
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    const size_t at = item.find('@');
-    if (at == std::string::npos) bad(fmt::format("stage '{}' has no '@'", item));
-    const std::string len_s = item.substr(0, at), frac_s = item.substr(at + 1);
-    if (len_s.empty() || len_s.size() > 9 || len_s.find_first_not_of("0123456789") != std::string::npos)
-      bad(fmt::format("'{}' is not a row length", len_s));
-    char* end = nullptr;
-    const double until = std::strtod(frac_s.c_str(), &end);
-    if (frac_s.empty() || end != frac_s.c_str() + frac_s.size() || !std::isfinite(until))
-      bad(fmt::format("'{}' is not a fraction", frac_s));
-    SeqStage st{std::stoi(len_s), until};
-    if (st.seq_len < 1 || st.seq_len >= model_seq_len || model_seq_len % st.seq_len != 0)
-      bad(fmt::format("row length {} must be shorter than model.seq_len {} and divide it", st.seq_len, model_seq_len));
-    if (!(st.until > 0 && st.until <= 1)) bad(fmt::format("fraction {} is outside (0, 1]", frac_s));
-    if (!stages.empty() && (st.seq_len <= stages.back().seq_len || st.until <= stages.back().until))
-      bad("lengths and fractions must increase from stage to stage");
-    stages.push_back(st);
-    start = comma + 1;
+  for (const RawStage& r : split_stages(text, "a row length", bad)) {
+    if (r.n < 1 || r.n >= model_seq_len || model_seq_len % r.n != 0)
+      bad(fmt::format("row length {} must be shorter than model.seq_len {} and divide it", r.n, model_seq_len));
+    stages.push_back({int(r.n), r.until});
+  }
+  return stages;
+}
+
+std::vector<BatchStage> parse_batch_schedule(const std::string& text, int64_t batch_tokens, int64_t micro_tokens) {
+  std::vector<BatchStage> stages;
+  if (text.empty()) return stages;
+  auto bad = [&](const std::string& why) {
+    fail("train.batch_schedule '{}': {} (expected TOKENS@FRAC[,TOKENS@FRAC...], e.g. 4096@0.5)", text, why);
+  };
+  for (const RawStage& r : split_stages(text, "a token count", bad)) {
+    if (r.n < 1 || r.n >= batch_tokens || r.n % micro_tokens != 0)
+      bad(fmt::format("{} tokens per step must be fewer than train.batch_tokens {} and a multiple of {} "
+                      "(one micro-batch on every rank)",
+                      r.n, batch_tokens, micro_tokens));
+    stages.push_back({r.n, r.until});
   }
   return stages;
 }

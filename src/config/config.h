@@ -38,6 +38,9 @@ struct TrainConfig {
   // Shorter rows early in the run: "LEN@FRAC[,LEN@FRAC...]", e.g. "256@0.5" = rows of 256 tokens
   // until half the budget, then model.seq_len. Empty = model.seq_len throughout (see docs/CONFIG.md).
   std::string seq_schedule;
+  // Smaller steps early in the run: "TOKENS@FRAC[,TOKENS@FRAC...]", e.g. "4096@0.5" = steps of 4096
+  // tokens until half the budget, then batch_tokens. Empty = batch_tokens throughout.
+  std::string batch_schedule;
 };
 
 // One stage of train.seq_schedule: rows of `seq_len` tokens while the budget fraction is < `until`.
@@ -48,6 +51,16 @@ struct SeqStage {
 // The stages of a train.seq_schedule text, checked against the model's seq_len (each length
 // divides it and is shorter; lengths and fractions increase; fractions in (0, 1]); throws Error.
 std::vector<SeqStage> parse_seq_schedule(const std::string& text, int model_seq_len);
+
+// One stage of train.batch_schedule: steps of `tokens` tokens while the budget fraction is < `until`.
+struct BatchStage {
+  int64_t tokens = 0;
+  double until = 0;
+};
+// The stages of a train.batch_schedule text, checked against the step's full size: each stage is
+// smaller than batch_tokens and a multiple of `micro_tokens` (micro_batch x seq_len, times the ranks
+// when the training loop checks it); sizes and fractions increase; fractions in (0, 1]; throws Error.
+std::vector<BatchStage> parse_batch_schedule(const std::string& text, int64_t batch_tokens, int64_t micro_tokens);
 
 struct RunConfig {
   std::string name = "custom";   // preset name or config file stem

@@ -32,4 +32,10 @@ int seq_len_at(const std::vector<SeqStage>& stages, int full_seq_len, double fra
   return full_seq_len;
 }
 
+int64_t batch_tokens_at(const std::vector<BatchStage>& stages, int64_t full_batch_tokens, double frac) {
+  for (const BatchStage& s : stages)
+    if (frac < s.until) return s.tokens;
+  return full_batch_tokens;
+}
+
 }  // namespace clm

@@ -1,4 +1,4 @@
-// Learning-rate, Muon-momentum, weight-decay and row-length schedules as pure functions of the
+// Learning-rate, Muon-momentum, weight-decay, row-length and batch-size schedules as pure functions of the
 // fraction of the budget used (or of step/max_steps in deterministic mode), so a run always
 // finishes its warmdown exactly when its budget ends, whatever the machine's speed.
 #pragma once
@@ -22,5 +22,9 @@ ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac);
 // Row length at budget fraction `frac`: the first stage (train.seq_schedule, parsed) whose `until`
 // is above frac, else the model's full seq_len.
 int seq_len_at(const std::vector<SeqStage>& stages, int full_seq_len, double frac);
+
+// Tokens of the step at budget fraction `frac`: the first stage (train.batch_schedule, parsed)
+// whose `until` is above frac, else train.batch_tokens.
+int64_t batch_tokens_at(const std::vector<BatchStage>& stages, int64_t full_batch_tokens, double frac);
 
 }  // namespace clm

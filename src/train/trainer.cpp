@@ -1,8 +1,8 @@
 // The budgeted training loop (see trainer.h and docs/TRAINING.md).
 //
-// One optimizer step = `accum` micro-batches of micro_batch x seq_len tokens: the batches are fetched
-// first (the loader prefetches in the background), then the clock runs over forward, backward and
-// the optimizer only. Before each step the BudgetClock predicts whether it still fits; schedules are
+// One optimizer step = `accum` micro-batches of micro_batch x seq_len tokens (fewer in the early
+// stages of train.batch_schedule): the batches are fetched first (the loader prefetches in the
+// background), then the clock runs over forward, backward and the optimizer only. Before each step the BudgetClock predicts whether it still fits; schedules are
 // evaluated at the fraction of the budget used when the step starts. Evaluation and checkpointing
 // happen between steps, off the clock.
 //
@@ -219,6 +219,10 @@ TrainResult train(const TrainOptions& o) {
   // loader's rows and their order do not change; the same B*T tokens are read as B*T/S rows of S
   // (row-major, so no copy), i.e. attention only within aligned blocks of S tokens, and cheaper.
   const std::vector<SeqStage> seq_stages = parse_seq_schedule(tc.seq_schedule, T);
+  // train.batch_schedule: early steps take fewer of the loader's micro-batches (the same rows in the
+  // same order, so the run reads the same data; only the step boundaries move). The learning rates
+  // are not rescaled with the step's size.
+  const std::vector<BatchStage> batch_stages = parse_batch_schedule(tc.batch_schedule, tc.batch_tokens, rank_tokens);
   const double flops_per_token = model.flops_per_token(T);
   const int64_t n_params = model.num_params();
   // MFU against the CPU roofline only makes sense for the CPU backend; other devices report none.
@@ -397,6 +401,13 @@ TrainResult train(const TrainOptions& o) {
     for (const SeqStage& st : seq_stages) stages += fmt::format("{} until {:.0f}%, ", st.seq_len, 100.0 * st.until);
     std::fprintf(stderr, "train: rows of %sthen %d tokens (train.seq_schedule)\n", stages.c_str(), T);
   }
+  if (!quiet && !batch_stages.empty()) {
+    std::string stages;
+    for (const BatchStage& st : batch_stages)
+      stages += fmt::format("{} until {:.0f}%, ", st.tokens, 100.0 * st.until);
+    std::fprintf(stderr, "train: steps of %sthen %lld tokens (train.batch_schedule)\n", stages.c_str(),
+                 (long long)tc.batch_tokens);
+  }
 
   while (true) {
     if (det && step >= tc.max_steps) break;
@@ -418,12 +429,14 @@ TrainResult train(const TrainOptions& o) {
     const ScheduleValues sv = schedule_at(tc, cfg.optim.matrix.momentum, frac);
     const int Ts = seq_len_at(seq_stages, T, frac);
     const int Bs = int(int64_t(B) * T / Ts);
+    const int64_t step_tokens = batch_tokens_at(batch_stages, tc.batch_tokens, frac);
+    const int64_t step_accum = step_tokens / rank_tokens;
     const bool profiling = o.profile && step >= prof_first && step < prof_first + prof_steps;
     model.set_profiler(profiling ? &prof : nullptr);
     opt.set_profiler(profiling ? &prof : nullptr);
     if (profiling && step == prof_first) prof.clear();
 
-    for (int64_t a = 0; a < accum; ++a)
+    for (int64_t a = 0; a < step_accum; ++a)
       loader.next(inputs.data() + a * B * T, targets.data() + a * B * T);
     fault_point_step();
 
@@ -433,7 +446,7 @@ TrainResult train(const TrainOptions& o) {
     try {
       StepOptions so;
       so.comm = &comm;
-      sr = train_step(model, &opt, inputs.data(), targets.data(), accum, Bs, Ts, sv, so);
+      sr = train_step(model, &opt, inputs.data(), targets.data(), step_accum, Bs, Ts, sv, so);
     } catch (const NonFiniteError& e) {
       // With several ranks train_step throws on every rank at once, so this is collective.
       std::string keep = kept_ckpts.empty() ? "no checkpoint was written yet"
@@ -456,12 +469,12 @@ TrainResult train(const TrainOptions& o) {
       prof.mark_step(t_begin, t_begin + dt);
     }
     ++step;
-    tokens += tc.batch_tokens;
+    tokens += step_tokens;
     last_loss = sr.loss;
 
-    const double tps = double(tc.batch_tokens) / dt;
+    const double tps = double(step_tokens) / dt;
     const double step_flops_per_token = Ts == T ? flops_per_token : model.flops_per_token(Ts);
-    flops_done += double(tc.batch_tokens) * step_flops_per_token;
+    flops_done += double(step_tokens) * step_flops_per_token;
     nlohmann::json row = {{"step", step},
                           {"tokens", tokens},
                           {"device_seconds", clock.used},
@@ -475,6 +488,7 @@ TrainResult train(const TrainOptions& o) {
                           {"tokens_per_second", tps},
                           {"model_flops_per_second", tps * step_flops_per_token}};
     if (!seq_stages.empty()) row["seq_len"] = Ts;
+    if (!batch_stages.empty()) row["batch_tokens"] = step_tokens;
     if (peak_flops > 0) row["mfu"] = tps * step_flops_per_token / peak_flops;
     if (world > 1) {
       row["comm_seconds"] = sr.comm_seconds;
