@@ -226,7 +226,9 @@ TEST(Config, AnalyticCountsMatchTheModel) {
   for (auto ov : std::vector<std::vector<std::string>>{
            {},
            {"activation=swiglu", "tie_embeddings=true"},
-           {"n_kv_head=1", "norm_gain=true", "activation=gelu", "mlp_ratio=3"}}) {
+           {"n_kv_head=1", "norm_gain=true", "activation=gelu", "mlp_ratio=3"},
+           {"mtp_weight=0.3", "value_embeds=1"},
+           {"mtp_weight=0.5", "tie_embeddings=true"}}) {
     std::vector<std::string> sets = {"n_layer=2", "d_model=64", "n_head=2", "n_kv_head=2", "head_dim=32",
                                      "vocab_size=100", "seq_len=16", "micro_batch=1", "batch_tokens=16"};
     sets.insert(sets.end(), ov.begin(), ov.end());

@@ -1,6 +1,7 @@
 // Whole-model tests of the GPT: parameter naming/routing, untrained loss ~ ln(vocab), a finite-
 // difference gradient check of every parameter tensor on tiny configs (fp32 matmuls), bf16 vs fp32
-// agreement, determinism, gradient accumulation, and last_logits consistency.
+// agreement, determinism, gradient accumulation, last_logits consistency, and the features that
+// are config keys (bigram and value embeddings, skips, windows, the multi-token head).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -165,7 +166,14 @@ static void whole_model_gradcheck(ModelConfig c) {
   m.zero_grad();
   m.forward(in.data(), tg.data(), B, T);
   m.backward(1.0f);
-  m.set_grad_enabled(false);
+  // The objective backward follows: next-token loss, plus the weighted multi-token loss, which
+  // only a forward with gradients computes (that forward leaves the parameter gradients alone).
+  const bool mtp = c.mtp_weight > 0;
+  m.set_grad_enabled(mtp);
+  auto objective = [&] {
+    double l = m.forward(in.data(), tg.data(), B, T);
+    return mtp ? l + double(c.mtp_weight) * m.mtp_loss() : l;
+  };
   Rng pick(5);
   for (auto& p : m.params()) {
     double num = 0, den = 0;
@@ -181,10 +189,10 @@ static void whole_model_gradcheck(ModelConfig c) {
       float h = 2e-3f;
       p.data[i] = old + h;
       m.weights_changed();
-      double lp = m.forward(in.data(), tg.data(), B, T);
+      double lp = objective();
       p.data[i] = old - h;
       m.weights_changed();
-      double lm = m.forward(in.data(), tg.data(), B, T);
+      double lm = objective();
       p.data[i] = old;
       double fd = (lp - lm) / (2.0 * h);
       num += (fd - p.grad[i]) * (fd - p.grad[i]);
@@ -298,6 +306,70 @@ TEST(GPT, EmbeddingSkipShapeCountAndStart) {
   ModelConfig plain = c;
   plain.x0_skips = false;
   expect_same_start(c, plain);
+}
+
+TEST(GPT, GradientCheckMultiTokenHead) {
+  // The head's and the trunk's gradients get both losses; mtp_proj gets the second one's.
+  ModelConfig c = tiny("relu2");
+  c.mtp_weight = 0.5f;
+  whole_model_gradcheck(c);
+  c = tiny("swiglu");  // tied: the embedding table is the head of both losses
+  c.tie_embeddings = true;
+  c.norm_gain = true;
+  c.mtp_weight = 1.0f;
+  whole_model_gradcheck(c);
+}
+
+// The multi-token head is one more matrix and a second pass of the head, in training only: the
+// next-token loss is that of the model without it (the same initial weights), with or without
+// gradients; its own loss is that of a separate, direct computation; evaluation skips it.
+TEST(GPT, MultiTokenHeadLossShapeAndCount) {
+  ModelConfig c = tiny();
+  c.zero_init_out = false;
+  c.mtp_weight = 0.3f;
+  ModelConfig plain = c;
+  plain.mtp_weight = 0.0f;
+  const int B = 2, T = 8;
+  GPT m(c, B, T), p(plain, B, T);
+  const Param* proj = nullptr;
+  for (auto& q : m.params())
+    if (q.name == "mtp_proj") proj = &q;
+  ASSERT_NE(proj, nullptr);
+  EXPECT_EQ(proj->kind, ParamKind::Matrix);  // trained by Muon with the other matrices
+  EXPECT_EQ(proj->shape, (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(m.params().back().name, "mtp_proj");
+  EXPECT_EQ(count_params(c).total(), m.num_params());
+  EXPECT_DOUBLE_EQ(flops_per_token(c, 16), m.flops_per_token(16));
+  EXPECT_DOUBLE_EQ(m.flops_per_token(16) - p.flops_per_token(16), 3.0 * 2.0 * (64 * 32 + 32 * 32));
+  m.set_matmul_precision(MatPrec::F32);
+  p.set_matmul_precision(MatPrec::F32);
+  m.init_weights(9);
+  p.init_weights(9);
+  auto in = tokens(B * T, 37, 3), tg = tokens(B * T, 37, 4);
+  tg[5] = -1;  // ignored by both heads: position 5's next token, position 4's token after next
+  const float lp = p.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(p.mtp_loss(), 0.0f);
+  const float lm = m.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(lm, lp);
+  EXPECT_GT(m.mtp_loss(), 0.0f);
+  // With mtp_proj = I the multi-token head scores position t with the next-token logits of t
+  // (an RMSNorm of an RMSNorm output changes it by eps only), so its loss is the next-token loss
+  // of the model without it against the targets moved one position on, within each row.
+  std::vector<float> eye(32 * 32, 0.0f);
+  for (int i = 0; i < 32; ++i) eye[size_t(i) * 33] = 1.0f;
+  for (auto& q : m.params())
+    if (q.name == "mtp_proj") q.from_host(eye.data());
+  m.weights_changed();
+  EXPECT_EQ(m.forward(in.data(), tg.data(), B, T), lp);
+  std::vector<int32_t> after_next(B * T, -1);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t + 1 < T; ++t) after_next[b * T + t] = tg[b * T + t + 1];
+  EXPECT_NEAR(m.mtp_loss(), p.forward(in.data(), after_next.data(), B, T), 1e-4);
+  m.set_grad_enabled(false);
+  EXPECT_EQ(m.forward(in.data(), tg.data(), B, T), lp);
+  EXPECT_EQ(m.mtp_loss(), 0.0f);  // evaluation: no multi-token head
+  c.mtp_weight = -1.0f;
+  EXPECT_THROW(GPT(c, 1, 4), Error);
 }
 
 TEST(GPT, BigramEmbeddingShapeCountAndStart) {

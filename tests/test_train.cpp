@@ -323,6 +323,44 @@ TEST(TrainCli, BatchSizeScheduleSwitchesAndResumes) {
   fs::remove_all(b);
 }
 
+// A run with the multi-token head logs its loss on every step, resumes to the bit, and its
+// checkpoint evaluates like any other (the head is not part of the scored model).
+TEST(TrainCli, MultiTokenHeadTrainsResumesAndEvaluates) {
+  const std::string bin = CLOCKLM_BINARY, a = temp_run("mtpfull"), b = temp_run("mtpsplit");
+  const std::string common = bin + " train" + kTiny + " --set max_steps=6 --set eval_every_seconds=0" +
+                             " --set model.mtp_weight=0.3 --data " + tiny_dataset() + " --budget 1h";
+  CmdResult ra = run_cmd(common + " --out " + a);
+  ASSERT_EQ(ra.status, 0) << ra.out;
+  CmdResult rb1 = run_cmd(common + " --out " + b + " --stop-after-steps 2");
+  ASSERT_EQ(rb1.status, 0) << rb1.out;
+  CmdResult rb2 = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
+  ASSERT_EQ(rb2.status, 0) << rb2.out;
+  auto ma = read_metrics(a), mb = read_metrics(b);
+  ASSERT_EQ(ma.size(), mb.size());
+  int steps = 0;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    if (!ma[i].contains("loss")) continue;
+    ++steps;
+    const double mtp = ma[i]["mtp_loss"].get<double>();
+    EXPECT_TRUE(std::isfinite(mtp) && mtp > 0) << "step " << ma[i]["step"];
+    EXPECT_EQ(mtp, mb[i]["mtp_loss"].get<double>()) << "step " << ma[i]["step"];
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << ma[i]["step"];
+  }
+  EXPECT_EQ(steps, 6);
+  const std::string js = a + "/eval.json";
+  CmdResult ev = run_cmd(bin + " eval bpb --checkpoint " + a + " --data " + tiny_dataset() + " --val-tokens 1000 --json " + js);
+  ASSERT_EQ(ev.status, 0) << ev.out;
+  const double bpb = nlohmann::json::parse(read_file(js))["bpb"].get<double>();
+  EXPECT_TRUE(std::isfinite(bpb) && bpb > 0) << ev.out;
+  CmdResult bad = run_cmd(bin + " train" + kTiny + " --set model.mtp_weight=-1 --data " + tiny_dataset() +
+                          " --budget 1m --out " + temp_run("mtpbad"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("model.mtp_weight"), std::string::npos) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
 // Where `auto` precision is decided by timing (AVX512_BF16 without AMX), the verdict is kept in the
 // cache folder, so every later process on the machine (a resume, an evaluation, another rank)
 // multiplies in the same precision as the first.

@@ -61,6 +61,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"model.value_embeds", &m.value_embeds});
   f.push_back({"model.attn_window", &m.attn_window});
   f.push_back({"model.x0_skips", &m.x0_skips});
+  f.push_back({"model.mtp_weight", &m.mtp_weight});
   f.push_back({"model.vocab_size", &m.vocab_size});
   f.push_back({"model.seq_len", &m.seq_len});
   f.push_back({"model.init_std", &m.init_std});
@@ -523,6 +524,8 @@ void validate(const RunConfig& c) {
   if (m.attn_window < 0) fail("model.attn_window must be >= 0 (0 = full attention), got {}", m.attn_window);
   if (m.value_embeds < 0 || m.value_embeds > m.n_layer)
     fail("model.value_embeds must be in [0, n_layer = {}], got {}", m.n_layer, m.value_embeds);
+  if (!(m.mtp_weight >= 0) || !std::isfinite(m.mtp_weight))
+    fail("model.mtp_weight must be a finite number >= 0 (0 = off), got {}", m.mtp_weight);
   if (m.vocab_size < 0) fail("model.vocab_size must be >= 0 (0 = from the tokenizer), got {}", m.vocab_size);
   if (m.seq_len <= 0) fail("model.seq_len must be >= 1, got {}", m.seq_len);
   if (!(m.init_std >= 0)) fail("model.init_std must be >= 0, got {}", m.init_std);

@@ -36,6 +36,11 @@ struct ModelConfig {
   // embedding output x0, x <- a x + b x0 (one pair per block, starting at (1, 0), so the model
   // begins as the one without), and so the token identity stays in reach of deep blocks.
   bool x0_skips = false;
+  // > 0: multi-token prediction as an auxiliary training loss. A second head predicts the token
+  // after next from the final-norm output through one d x d projection (parameter mtp_proj, then
+  // an RMSNorm) and the shared LM head; training minimises next-token loss + mtp_weight x that
+  // loss. Evaluation and inference use the next-token head only. 0 = off.
+  float mtp_weight = 0.0f;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled

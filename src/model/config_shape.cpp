@@ -27,7 +27,7 @@ ParamCount count_params(const ModelConfig& m) {
   p.head = m.tie_embeddings ? 0 : V * D;
   int64_t attn = D * H * hd + 2 * D * KV * hd + H * hd * D;  // wq, wk, wv, wo
   int64_t mlp = (m.activation == "swiglu" ? 3 : 2) * D * hidden;
-  p.matrix = int64_t(m.n_layer) * (attn + mlp);
+  p.matrix = int64_t(m.n_layer) * (attn + mlp) + (m.mtp_weight > 0 ? D * D : 0);  // + mtp_proj
   // Learned gains: two norms per block (+ q/k norms with qk_norm) and the final norm.
   if (m.norm_gain) p.scalar = int64_t(m.n_layer) * (2 * D + (m.qk_norm ? 2 * hd : 0)) + D;
   if (m.x0_skips) p.scalar += 2 * int64_t(std::max(m.n_layer - 1, 0));  // (a, b) per block after the first
@@ -44,7 +44,8 @@ double mean_attended_keys(int T, int window) {
 
 double flops_per_token(const ModelConfig& m, int T) {
   ParamCount p = count_params(m);
-  double mm = double(p.matrix) + double(m.padded_vocab()) * m.d_model;  // the head (tied or not) is a matmul
+  // The head (tied or not) is a matmul; multi-token prediction runs it a second time in training.
+  double mm = double(p.matrix) + double(m.padded_vocab()) * m.d_model * (m.mtp_weight > 0 ? 2 : 1);
   double att = double(m.n_layer) * 4.0 * m.n_head * m.head_dim * mean_attended_keys(T, m.attn_window);
   return 3.0 * (2.0 * mm + att);
 }

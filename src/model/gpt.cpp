@@ -99,15 +99,21 @@ struct GPTImpl {
   std::vector<LayerOff> loff;
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
   int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
+  int64_t off_mtp = -1;  // mtp_proj [d, d], when model.mtp_weight > 0
 
   DeviceBuffer A;  // activation arena
   DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
   int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
+  int32_t* tgt2_d = nullptr;  // the multi-token head's targets (the token after next)
   float* loss_d = nullptr;
   std::vector<LayerAct> la;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
   float* dx0 = nullptr;  // backward: the gradient reaching the embedding output through the skips
+  // Multi-token head: u = mtp_proj lnf [N,d] (fp32), its RMSNorm in matmul precision and rstd,
+  // and the gradient of mtp_proj computed in forward (added, scaled, in backward).
+  float *mtp_u = nullptr, *mtp_un = nullptr, *mtp_rstd = nullptr, *mtp_dw = nullptr;
+  float last_mtp = 0;  // mtp_loss() of the last forward
   int64_t chunk_rows = 0;
 
   // state of the last forward
@@ -202,6 +208,11 @@ struct GPTImpl {
                  int64_t N, int B, int T, const std::vector<KVSegment>* segs, float* kc, float* vc,
                  const float* cos_tab, const float* sin_tab);
   void body_fwd(const int32_t* in, int B, int T);
+  // The multi-token head of a training forward (after the next-token head has written dxf):
+  // its loss against the token after next within each row, the head's and mtp_proj's weight
+  // gradients (into head_dw and mtp_dw) and its input gradient added to dxf, all scaled by
+  // mtp_weight / (positions with a target). Returns the mean loss (nats).
+  double mtp_fwd(const int32_t* targets, int B, int T);
   void infer_reserve(int64_t N, int T);
 };
 
@@ -278,6 +289,9 @@ void GPTImpl::build(bool allocate) {
   }
   if (c.norm_gain) off_fg = add("final_norm.gain", {d}, ParamKind::Scalar);
   off_head = c.tie_embeddings ? off_wte : add("lm_head", {Vp, d}, ParamKind::Head);
+  if (!(c.mtp_weight >= 0) || !std::isfinite(c.mtp_weight))
+    fail("model config: mtp_weight must be a finite number >= 0, got {}", c.mtp_weight);
+  if (c.mtp_weight > 0) off_mtp = add("mtp_proj", {d, d}, ParamKind::Matrix);  // last: the others init as without
   nparams = off;
 
   // ---- activations ----
@@ -313,7 +327,14 @@ void GPTImpl::build(bool allocate) {
   carve(&dv, N * kvw);
   carve(&cos_t, int64_t(max_T) * hd / 2);
   carve(&sin_t, int64_t(max_T) * hd / 2);
-  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 20;
+  if (off_mtp >= 0) {
+    carve(&mtp_u, N * d);
+    carve(&mtp_un, N * d);
+    carve(&mtp_rstd, N);
+    carve(&mtp_dw, int64_t(d) * d);
+  }
+  const int io_arrays = off_mtp >= 0 ? 6 : 5;  // tokens, targets, argmax, loss, bigram rows (+ tgt2)
+  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 4 * io_arrays;
   if (!allocate) return;
   check_fits_memory(*be, need_bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
   P = DeviceBuffer(*be, size_t(nparams) * 4);
@@ -331,12 +352,13 @@ void GPTImpl::build(bool allocate) {
     o += n;
   }
   be->rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
-  io = DeviceBuffer(*be, size_t(round16(N)) * 20);
+  io = DeviceBuffer(*be, size_t(round16(N)) * 4 * io_arrays);
   tok_d = io.as<int32_t>();
   tgt_d = tok_d + round16(N);
   argmax_d = tgt_d + round16(N);
   loss_d = reinterpret_cast<float*>(argmax_d + round16(N));
   big_d = reinterpret_cast<int32_t*>(loss_d + round16(N));
+  if (off_mtp >= 0) tgt2_d = big_d + round16(N);
 }
 
 #define PROF(name, phase, fl, by) ProfScope _ps_##__LINE__(prof, name, phase, double(fl), double(by))
@@ -631,12 +653,86 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
     else std::fill(token_loss, token_loss + N, 0.0f);
   }
   if (argmax) be.to_host(argmax, m.argmax_d, sizeof(int32_t) * N);
-  m.have_fwd = true;
-  m.fwd_had_grad = grad;
   float mean = valid > 0 ? float(total / double(valid)) : 0.0f;
   if (!std::isfinite(mean)) throw NonFiniteError(fmt::format("GPT forward: loss is not finite ({})", mean));
+  m.last_mtp = 0;
+  if (grad && m.off_mtp >= 0) {
+    m.last_mtp = float(m.mtp_fwd(targets, B, T));
+    if (!std::isfinite(m.last_mtp))
+      throw NonFiniteError(fmt::format("GPT forward: multi-token loss is not finite ({})", m.last_mtp));
+  }
+  m.have_fwd = true;
+  m.fwd_had_grad = grad;
   return mean;
 }
+
+double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
+  const int64_t N = int64_t(B_) * T_;
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  // Position t of a row predicts the target of position t + 1 (the token after next); the last
+  // position of each row has none.
+  std::vector<int32_t> tgt2(size_t(N), -1);
+  int64_t valid = 0;
+  for (int b = 0; b < B_; ++b)
+    for (int t = 0; t + 1 < T_; ++t) {
+      const int64_t i = int64_t(b) * T_ + t;
+      tgt2[size_t(i)] = targets[i + 1];
+      valid += targets[i + 1] >= 0;
+    }
+  be->to_device(tgt2_d, tgt2.data(), sizeof(int32_t) * N);
+  const float gscale = valid > 0 ? cfg.mtp_weight / float(valid) : 0.0f;
+  {
+    ProfScope ps(prof, "matmul.mtp_proj", "fwd", 2.0 * N * d * d, mmb * (2.0 * N * d + double(d) * d));
+    be->linear_fwd(prec, lnf_mm, w(off_mtp), mtp_u, N, d, d);
+  }
+  {
+    ProfScope ps(prof, "rmsnorm.mtp", "fwd", 4.0 * N * d, (4.0 + mmb) * N * d);
+    norm_to_mm(mtp_u, -1, mtp_un, mtp_rstd, N);
+  }
+  // The head over chunks of rows, as for the next-token loss; its gradient goes straight on
+  // (into head_dw, and dtmp for the normed input).
+  float* dun = dtmp;
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t nr = std::min<int64_t>(chunk_rows, N - r0);
+    const float* xin = mtp_un + r0 * d * mmb / 4;
+    {
+      ProfScope ps(prof, "matmul.mtp_head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + double(Vp) * d) + 4.0 * nr * Vp);
+      be->linear_fwd(prec, xin, w(off_head), logits, nr, d, Vp);
+    }
+    {
+      ProfScope ps(prof, "softcap_xent.mtp", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
+      total += be->softcap_xent(logits, tgt2_d + r0, nr, V, Vp, cfg.logit_softcap, nullptr, nullptr, true, gscale);
+    }
+    const void* dlogits = mm_input(logits, logits_mm, nr * Vp);
+    {
+      ProfScope ps(prof, "matmul.mtp_head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + double(Vp) * d) + 4.0 * nr * d);
+      be->linear_bwd_input(prec, dlogits, w(off_head), dun + r0 * d, nr, d, Vp, false);
+    }
+    {
+      ProfScope ps(prof, "matmul.mtp_head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
+      be->linear_bwd_weight(prec, dlogits, xin, head_dw, nr, d, Vp);
+    }
+  }
+  {
+    ProfScope ps(prof, "rmsnorm.mtp", "bwd", 8.0 * N * d, 16.0 * N * d);
+    be->zero(dtmp2, sizeof(float) * N * d);
+    be->rmsnorm_bwd(mtp_u, nullptr, mtp_rstd, dun, dtmp2, nullptr, N, d);
+  }
+  const void* du = mm_input(dtmp2, dmm, N * d);
+  {
+    ProfScope ps(prof, "matmul.mtp_proj.dw", "bwd", 2.0 * N * d * d, mmb * 2.0 * N * d + 8.0 * d * d);
+    be->zero(mtp_dw, sizeof(float) * int64_t(d) * d);
+    be->linear_bwd_weight(prec, du, lnf_mm, mtp_dw, N, d, d);
+  }
+  {
+    ProfScope ps(prof, "matmul.mtp_proj.dx", "bwd", 2.0 * N * d * d, mmb * (N * d + double(d) * d) + 8.0 * N * d);
+    be->linear_bwd_input(prec, du, w(off_mtp), dxf, N, d, d, true);  // onto the next-token head's
+  }
+  return valid > 0 ? total / double(valid) : 0.0;
+}
+
+float GPT::mtp_loss() const { return impl->last_mtp; }
 
 void GPT::backward(float loss_scale) {
   GPTImpl& m = *impl;
@@ -668,6 +764,7 @@ void GPT::backward(float loss_scale) {
   {
     PROF("head.grad_accum", "bwd", 2.0 * m.Vp * d, 12.0 * m.Vp * d);
     be.axpy(G + m.off_head, loss_scale, m.head_dw, int64_t(m.Vp) * d);
+    if (m.off_mtp >= 0) be.axpy(G + m.off_mtp, loss_scale, m.mtp_dw, int64_t(d) * d);
   }
   {
     PROF("rmsnorm.final", "bwd", 8.0 * N * d, 20.0 * N * d);
@@ -923,7 +1020,8 @@ double GPT::flops_per_token(int T) const {
   // matmul FLOPs of one token's forward: 2 per weight it multiplies (the embedding is a lookup)
   double mm = double(m.L) * (double(m.qkvw) * m.d + double(m.qw) * m.d + double(m.hw) * m.d +
                              double(m.Hd) * m.d) +
-              double(m.Vp) * m.d;
+              double(m.Vp) * m.d * (m.off_mtp >= 0 ? 2 : 1);  // the multi-token head: the head again
+  if (m.off_mtp >= 0) mm += double(m.d) * m.d;     // and mtp_proj
   // causal attention: a token does q.k and p.v over the keys it sees (t+1, or fewer with a window)
   double att = double(m.L) * 4.0 * m.H * m.hd * mean_attended_keys(T, m.cfg.attn_window);
   return 3.0 * (2.0 * mm + att);  // backward = 2x forward

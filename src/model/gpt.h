@@ -84,8 +84,14 @@ struct GPT {
   // Training/eval forward over B rows of T tokens (T <= max_T and B*T <= max_B*max_T). Returns the mean cross-entropy (nats) over
   // targets >= 0 (a target < 0 is ignored). Optional outputs, each B*T: per-token loss in nats
   // (0 where ignored) and the argmax prediction at each position. Keeps what backward needs.
+  // With model.mtp_weight > 0 and gradients enabled it also runs the multi-token head (the token
+  // after next) and its gradient; the value returned stays the next-token loss (mtp_loss() has
+  // the other), and backward() follows next-token loss + mtp_weight x mtp_loss().
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                 float* token_loss = nullptr, int32_t* argmax = nullptr);
+  // Mean cross-entropy (nats) of the multi-token head over the positions whose token after next is
+  // known, in the last forward that ran it (model.mtp_weight > 0, gradients enabled); 0 otherwise.
+  float mtp_loss() const;
   // Backward of the last forward; ADDS into grads, scaled by `loss_scale` (1/accum_steps).
   void backward(float loss_scale = 1.0f);
   void zero_grad();

@@ -14,6 +14,7 @@ namespace clm {
 
 struct StepResult {
   double loss = 0;         // mean training loss over the micro-batches (nats)
+  double mtp_loss = 0;     // the same for the multi-token head (model.mtp_weight > 0), else 0
   float grad_norm = 0;     // global gradient norm before clipping (0 without an optimizer)
   double seconds = 0;      // device time of the whole step
   // Device time per phase, summed over micro-batches; only with StepOptions::phase_times (each
