@@ -69,6 +69,35 @@ float overfit(const std::string& matrix_kind) {
   return model.forward(in.data(), tg.data(), B, T);
 }
 
+// The tiny config with `sets` for `steps` steps, straight through into `full` and, into `split`,
+// stopped after `stop` steps and resumed; false (with the failure reported) if a command failed.
+bool run_straight_and_resumed(const std::string& sets, int steps, int stop, const std::string& full,
+                              const std::string& split) {
+  const std::string bin = CLOCKLM_BINARY;
+  const std::string common = bin + " train" + kTiny + " --set max_steps=" + std::to_string(steps) +
+                             " --set eval_every_seconds=0" + sets + " --data " + tiny_dataset() + " --budget 1h";
+  for (const std::string& cmd : {common + " --out " + full, common + " --out " + split + " --stop-after-steps " +
+                                 std::to_string(stop), bin + " train --resume " + split + " --data " +
+                                 tiny_dataset() + " --quiet"}) {
+    CmdResult r = run_cmd(cmd);
+    if (r.status != 0) {
+      ADD_FAILURE() << cmd << "\n" << r.out;
+      return false;
+    }
+  }
+  return true;
+}
+
+// The tiny config with `sets` is refused before anything runs: a non-zero exit and one line that
+// contains `names`.
+void expect_refused_in_one_line(const std::string& sets, const std::string& names, const std::string& tag) {
+  CmdResult bad = run_cmd(std::string(CLOCKLM_BINARY) + " train" + kTiny + sets + " --data " + tiny_dataset() +
+                          " --budget 1m --out " + temp_run(tag));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find(names), std::string::npos) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+}
+
 }  // namespace
 
 TEST(TrainOverfit, MuonReachesNearZeroLoss) {
@@ -221,14 +250,7 @@ TEST(TrainCli, ResumeIsBitExactAndBadCheckpointsAreRefused) {
 // evaluation uses the full rows.
 TEST(TrainCli, RowLengthScheduleSwitchesAndResumes) {
   const std::string bin = CLOCKLM_BINARY, a = temp_run("seqfull"), b = temp_run("seqsplit");
-  const std::string common = bin + " train" + kTiny + " --set max_steps=8 --set eval_every_seconds=0" +
-                             " --set train.seq_schedule=16@0.25,32@0.5 --data " + tiny_dataset() + " --budget 1h";
-  CmdResult ra = run_cmd(common + " --out " + a);
-  ASSERT_EQ(ra.status, 0) << ra.out;
-  CmdResult rb1 = run_cmd(common + " --out " + b + " --stop-after-steps 3");
-  ASSERT_EQ(rb1.status, 0) << rb1.out;
-  CmdResult rb2 = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
-  ASSERT_EQ(rb2.status, 0) << rb2.out;
+  ASSERT_TRUE(run_straight_and_resumed(" --set train.seq_schedule=16@0.25,32@0.5", 8, 3, a, b));
   auto ma = read_metrics(a), mb = read_metrics(b);
   ASSERT_EQ(ma.size(), mb.size());
   std::vector<int> lens;
@@ -257,11 +279,7 @@ TEST(TrainCli, RowLengthScheduleSwitchesAndResumes) {
   EXPECT_LT(sa["model_flops_per_second"].get<double>() * sa["device_seconds"].get<double>(),
             sa["flops_per_token"].get<double>() * sa["tokens"].get<double>());
   // A length that does not divide model.seq_len is refused before anything runs.
-  CmdResult bad = run_cmd(bin + " train" + kTiny + " --set train.seq_schedule=24@0.5 --data " + tiny_dataset() +
-                          " --budget 1m --out " + temp_run("seqbad"));
-  EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("train.seq_schedule '24@0.5'"), std::string::npos) << bad.out;
-  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  expect_refused_in_one_line(" --set train.seq_schedule=24@0.5", "train.seq_schedule '24@0.5'", "seqbad");
   fs::remove_all(a);
   fs::remove_all(b);
 }
@@ -272,14 +290,7 @@ TEST(TrainCli, RowLengthScheduleSwitchesAndResumes) {
 TEST(TrainCli, BatchSizeScheduleSwitchesAndResumes) {
   const std::string bin = CLOCKLM_BINARY, a = temp_run("bsfull"), b = temp_run("bssplit");
   // kTiny: micro-batches of 4 x 64 = 256 tokens, 512 tokens per step.
-  const std::string common = bin + " train" + kTiny + " --set max_steps=8 --set eval_every_seconds=0" +
-                             " --set train.batch_schedule=256@0.5 --data " + tiny_dataset() + " --budget 1h";
-  CmdResult ra = run_cmd(common + " --out " + a);
-  ASSERT_EQ(ra.status, 0) << ra.out;
-  CmdResult rb1 = run_cmd(common + " --out " + b + " --stop-after-steps 3");
-  ASSERT_EQ(rb1.status, 0) << rb1.out;
-  CmdResult rb2 = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
-  ASSERT_EQ(rb2.status, 0) << rb2.out;
+  ASSERT_TRUE(run_straight_and_resumed(" --set train.batch_schedule=256@0.5", 8, 3, a, b));
   auto ma = read_metrics(a), mb = read_metrics(b);
   ASSERT_EQ(ma.size(), mb.size());
   std::vector<int64_t> sizes;
@@ -314,11 +325,7 @@ TEST(TrainCli, BatchSizeScheduleSwitchesAndResumes) {
   fs::remove_all(c);
   fs::remove_all(d);
   // A stage that is not a whole number of micro-batches is refused before anything runs.
-  CmdResult bad = run_cmd(bin + " train" + kTiny + " --set train.batch_schedule=300@0.5 --data " + tiny_dataset() +
-                          " --budget 1m --out " + temp_run("bsbad"));
-  EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("train.batch_schedule '300@0.5'"), std::string::npos) << bad.out;
-  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  expect_refused_in_one_line(" --set train.batch_schedule=300@0.5", "train.batch_schedule '300@0.5'", "bsbad");
   fs::remove_all(a);
   fs::remove_all(b);
 }
@@ -327,14 +334,7 @@ TEST(TrainCli, BatchSizeScheduleSwitchesAndResumes) {
 // checkpoint evaluates like any other (the head is not part of the scored model).
 TEST(TrainCli, MultiTokenHeadTrainsResumesAndEvaluates) {
   const std::string bin = CLOCKLM_BINARY, a = temp_run("mtpfull"), b = temp_run("mtpsplit");
-  const std::string common = bin + " train" + kTiny + " --set max_steps=6 --set eval_every_seconds=0" +
-                             " --set model.mtp_weight=0.3 --data " + tiny_dataset() + " --budget 1h";
-  CmdResult ra = run_cmd(common + " --out " + a);
-  ASSERT_EQ(ra.status, 0) << ra.out;
-  CmdResult rb1 = run_cmd(common + " --out " + b + " --stop-after-steps 2");
-  ASSERT_EQ(rb1.status, 0) << rb1.out;
-  CmdResult rb2 = run_cmd(bin + " train --resume " + b + " --data " + tiny_dataset() + " --quiet");
-  ASSERT_EQ(rb2.status, 0) << rb2.out;
+  ASSERT_TRUE(run_straight_and_resumed(" --set model.mtp_weight=0.3", 6, 2, a, b));
   auto ma = read_metrics(a), mb = read_metrics(b);
   ASSERT_EQ(ma.size(), mb.size());
   int steps = 0;
@@ -352,11 +352,7 @@ TEST(TrainCli, MultiTokenHeadTrainsResumesAndEvaluates) {
   ASSERT_EQ(ev.status, 0) << ev.out;
   const double bpb = nlohmann::json::parse(read_file(js))["bpb"].get<double>();
   EXPECT_TRUE(std::isfinite(bpb) && bpb > 0) << ev.out;
-  CmdResult bad = run_cmd(bin + " train" + kTiny + " --set model.mtp_weight=-1 --data " + tiny_dataset() +
-                          " --budget 1m --out " + temp_run("mtpbad"));
-  EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("model.mtp_weight"), std::string::npos) << bad.out;
-  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+  expect_refused_in_one_line(" --set model.mtp_weight=-1", "model.mtp_weight", "mtpbad");
   fs::remove_all(a);
   fs::remove_all(b);
 }
