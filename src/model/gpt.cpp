@@ -213,6 +213,16 @@ struct GPTImpl {
   // gradients (into head_dw and mtp_dw) and its input gradient added to dxf, all scaled by
   // mtp_weight / (positions with a target). Returns the mean loss (nats).
   double mtp_fwd(const int32_t* targets, int B, int T);
+  // The LM head over N rows of `x_mm` (matmul precision), in chunks of chunk_rows so the logits
+  // stay small: softcapped cross-entropy against `tgt` (device; null = none; per-token loss and
+  // argmax into `loss`/`amax` when not null); with grad, its gradient scaled by gscale goes
+  // straight on, into dx (=, fp32 [N, d]) and head_dw (+=). `names`: the profiler's four op names.
+  // Returns the summed loss.
+  struct HeadNames {
+    const char *fwd, *xent, *dx, *dw;
+  };
+  double head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                     int32_t* amax, bool grad, float gscale, float* dx);
   void infer_reserve(int64_t N, int T);
 };
 
@@ -605,12 +615,10 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
                    int32_t* argmax) {
   GPTImpl& m = *impl;
   Backend& be = *m.be;
-  Profiler* prof = m.prof;
   m.have_fwd = false;
   m.body_fwd(inputs, B, T);
   const int64_t N = int64_t(B) * T;
   const int d = m.d, V = m.V, Vp = m.Vp;
-  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
   int64_t valid = 0;
   if (targets) {
     for (int64_t i = 0; i < N; ++i) {
@@ -622,32 +630,10 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, 
   const bool grad = m.grad_enabled && targets != nullptr;
   const float gscale = valid > 0 ? 1.0f / float(valid) : 0.0f;
   if (grad) be.zero(m.head_dw, sizeof(float) * int64_t(Vp) * d);
-  double total = 0;
-  for (int64_t r0 = 0; r0 < N; r0 += m.chunk_rows) {
-    int64_t nr = std::min<int64_t>(m.chunk_rows, N - r0);
-    const float* xin = m.lnf_mm + r0 * d * mmb / 4;
-    {
-      PROF("matmul.head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + int64_t(Vp) * d) + 4.0 * nr * Vp);
-      be.linear_fwd(m.prec, xin, m.w(m.off_head), m.logits, nr, d, Vp);
-    }
-    {
-      PROF("softcap_xent", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
-      total += be.softcap_xent(m.logits, targets ? m.tgt_d + r0 : nullptr, nr, V, Vp, m.cfg.logit_softcap,
-                               token_loss ? m.loss_d + r0 : nullptr, argmax ? m.argmax_d + r0 : nullptr,
-                               grad, gscale);
-    }
-    if (grad) {
-      const void* dlogits = m.mm_input(m.logits, m.logits_mm, nr * Vp);
-      {
-        PROF("matmul.head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + int64_t(Vp) * d) + 4.0 * nr * d);
-        be.linear_bwd_input(m.prec, dlogits, m.w(m.off_head), m.dxf + r0 * d, nr, d, Vp, false);
-      }
-      {
-        PROF("matmul.head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
-        be.linear_bwd_weight(m.prec, dlogits, xin, m.head_dw, nr, d, Vp);
-      }
-    }
-  }
+  const double total =
+      m.head_chunks({"matmul.head", "softcap_xent", "matmul.head.dx", "matmul.head.dw"}, m.lnf_mm,
+                    targets ? m.tgt_d : nullptr, N, token_loss ? m.loss_d : nullptr, argmax ? m.argmax_d : nullptr,
+                    grad, gscale, m.dxf);
   if (token_loss) {
     if (targets) be.to_host(token_loss, m.loss_d, sizeof(float) * N);
     else std::fill(token_loss, token_loss + N, 0.0f);
@@ -689,31 +675,10 @@ double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
     ProfScope ps(prof, "rmsnorm.mtp", "fwd", 4.0 * N * d, (4.0 + mmb) * N * d);
     norm_to_mm(mtp_u, -1, mtp_un, mtp_rstd, N);
   }
-  // The head over chunks of rows, as for the next-token loss; its gradient goes straight on
-  // (into head_dw, and dtmp for the normed input).
+  // The head, as for the next-token loss; the gradient of its normed input goes into dtmp.
   float* dun = dtmp;
-  double total = 0;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
-    const int64_t nr = std::min<int64_t>(chunk_rows, N - r0);
-    const float* xin = mtp_un + r0 * d * mmb / 4;
-    {
-      ProfScope ps(prof, "matmul.mtp_head", "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + double(Vp) * d) + 4.0 * nr * Vp);
-      be->linear_fwd(prec, xin, w(off_head), logits, nr, d, Vp);
-    }
-    {
-      ProfScope ps(prof, "softcap_xent.mtp", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
-      total += be->softcap_xent(logits, tgt2_d + r0, nr, V, Vp, cfg.logit_softcap, nullptr, nullptr, true, gscale);
-    }
-    const void* dlogits = mm_input(logits, logits_mm, nr * Vp);
-    {
-      ProfScope ps(prof, "matmul.mtp_head.dx", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + double(Vp) * d) + 4.0 * nr * d);
-      be->linear_bwd_input(prec, dlogits, w(off_head), dun + r0 * d, nr, d, Vp, false);
-    }
-    {
-      ProfScope ps(prof, "matmul.mtp_head.dw", "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
-      be->linear_bwd_weight(prec, dlogits, xin, head_dw, nr, d, Vp);
-    }
-  }
+  const double total = head_chunks({"matmul.mtp_head", "softcap_xent.mtp", "matmul.mtp_head.dx", "matmul.mtp_head.dw"},
+                                   mtp_un, tgt2_d, N, nullptr, nullptr, true, gscale, dun);
   {
     ProfScope ps(prof, "rmsnorm.mtp", "bwd", 8.0 * N * d, 16.0 * N * d);
     be->zero(dtmp2, sizeof(float) * N * d);
@@ -730,6 +695,36 @@ double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
     be->linear_bwd_input(prec, du, w(off_mtp), dxf, N, d, d, true);  // onto the next-token head's
   }
   return valid > 0 ? total / double(valid) : 0.0;
+}
+
+double GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                            int32_t* amax, bool grad, float gscale, float* dx) {
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t nr = std::min<int64_t>(chunk_rows, N - r0);
+    const float* xin = x_mm + r0 * d * mmb / 4;
+    {
+      ProfScope ps(prof, names.fwd, "fwd", 2.0 * nr * d * Vp, mmb * (nr * d + double(Vp) * d) + 4.0 * nr * Vp);
+      be->linear_fwd(prec, xin, w(off_head), logits, nr, d, Vp);
+    }
+    {
+      ProfScope ps(prof, names.xent, "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
+      total += be->softcap_xent(logits, tgt ? tgt + r0 : nullptr, nr, V, Vp, cfg.logit_softcap,
+                                loss ? loss + r0 : nullptr, amax ? amax + r0 : nullptr, grad, gscale);
+    }
+    if (!grad) continue;
+    const void* dlogits = mm_input(logits, logits_mm, nr * Vp);
+    {
+      ProfScope ps(prof, names.dx, "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + double(Vp) * d) + 4.0 * nr * d);
+      be->linear_bwd_input(prec, dlogits, w(off_head), dx + r0 * d, nr, d, Vp, false);
+    }
+    {
+      ProfScope ps(prof, names.dw, "bwd", 2.0 * nr * d * Vp, mmb * (nr * Vp + nr * d) + 8.0 * Vp * d);
+      be->linear_bwd_weight(prec, dlogits, xin, head_dw, nr, d, Vp);
+    }
+  }
+  return total;
 }
 
 float GPT::mtp_loss() const { return impl->last_mtp; }
