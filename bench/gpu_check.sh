@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for one short GPU window (about 15 minutes of device time, this script
-# well under 10): build with CUDA, run the op tests and the CPU-parity tests on the GPU, measure the
-# bf16 (and fp32) cuBLASLt matmul peak at 8192^3, time training steps of baseline-50m and d12 at
-# seq 2048 with tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the PyTorch peer
-# on the same configs when torch with CUDA is installed. Every step is timed and its exit status
-# recorded; a failed step is reported and the script goes on. Everything goes to one results file.
+# well under 10): run the op tests and the CPU-parity tests on the GPU, measure the bf16 (and fp32)
+# cuBLASLt matmul peak at 8192^3, time training steps of baseline-50m and d12 at seq 2048 with
+# tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the PyTorch peer on the same
+# configs when torch with CUDA is installed. Every step is timed and its exit status recorded; a
+# failed step is reported and the script goes on. Everything goes to one results file.
 #
-# usage: bench/gpu_check.sh            (from anywhere; results in $OUT, default ./gpu-results)
-# env:   OUT (results folder), JOBS (build jobs, default nproc), CUDA_ARCH (default: the GPU's own),
-#        BUDGET (seconds after which no step starts, default 540), BUILD_DIR (default build-gpu),
-#        SKIP_BUILD=1 (use an existing build: for trying the script itself)
+# The test step cannot pass empty: it fails unless a CUDA device was found and every CUDA instance
+# of the op tests (one per op test per device, counted from the binary's own list) and every
+# CUDA parity test ran and passed; skipped counts as not passed.
+#
+# usage: bench/gpu_check.sh --bundle DIR|FILE.tar.zst   (the output of scripts/gpu-bundle.sh: no build)
+#        bench/gpu_check.sh --binaries DIR              (a build folder holding clocklm and clocklm_tests)
+#        bench/gpu_check.sh                             (builds with CUDA into build-gpu first)
+# env:   OUT (results folder, default ./gpu-results), JOBS (build jobs, default nproc), CUDA_ARCH
+#        (default: the GPU's own), BUDGET (seconds after which no step starts, default 540),
+#        BUILD_DIR (default build-gpu)
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -66,29 +72,66 @@ else
   CAP=""
 fi
 say "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'not found')"
+say "host: $(uname -n), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 ARCH="${CUDA_ARCH:-${CAP:-80;90}}"
 
-# ---- (a) build ----------------------------------------------------------------------------------
-# One CPU kernel variant (generic) and the GPU's own architecture keep the build short; the CPU
-# side only serves as the reference here.
-if [ "${SKIP_BUILD:-0}" = 1 ]; then
-  say "build: skipped (SKIP_BUILD=1), using $BUILD"
-else
+# ---- (a) binaries: a bundle, a build folder, or a build here -----------------------------------
+BUNDLE="" BINDIR=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --binaries) BINDIR="$2"; shift 2 ;;
+    *) say "gpu_check: unknown argument '$1'"; exit 2 ;;
+  esac
+done
+if [ -n "$BUNDLE" ]; then
+  if [ -f "$BUNDLE" ]; then
+    mkdir -p "$OUT/unpacked"
+    zstd -dc "$BUNDLE" | tar -xf - -C "$OUT/unpacked" || { say "bundle: cannot unpack $BUNDLE"; exit 1; }
+    BUNDLE="$OUT/unpacked/clocklm-bundle"
+  fi
+  BINDIR="$BUNDLE/bin"
+  say "bundle: $BUNDLE"
+  sed 's/^/  /' "$BUNDLE/BUNDLE.txt" >> "$RES" 2>/dev/null
+elif [ -z "$BINDIR" ]; then
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLOCKLM_CUDA=ON \
     "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DCLOCKLM_CPU_VARIANTS=generic
-  step build 240 cmake --build "$BUILD" -j "$JOBS"
+  step build 240 cmake --build "$BUILD" -j "$JOBS" --target clocklm clocklm_tests
+  BINDIR="$BUILD"
 fi
-if [ ! -x "$BIN" ]; then
-  say "no binary: the remaining steps cannot run (see $LOGS/configure.log, $LOGS/build.log)"
+BIN="$BINDIR/clocklm"
+TESTS="$BINDIR/clocklm_tests"
+if [ ! -x "$BIN" ] || [ ! -x "$TESTS" ]; then
+  say "no binaries in $BINDIR: the remaining steps cannot run"
   tail -30 "$LOGS/build.log" >> "$RES" 2>/dev/null
   exit 1
 fi
-say "$("$BIN" info 2>/dev/null | grep -i -m1 'cuda devices' || echo 'cuda devices: ?')"
+"$BIN" info > "$LOGS/info.log" 2>&1
+say "clocklm info: exit $?"
+sed 's/^/  /' "$LOGS/info.log" >> "$RES"
+NGPU=$(grep -c '^cuda device [0-9]' "$LOGS/info.log")
 
 # ---- (b) tests ------------------------------------------------------------------------------------
+# The op tests are instantiated once per backend when the binary starts, so their CUDA instances
+# exist only where a device is; the CPU instances, listed anywhere, give the count to expect.
+OPS=$("$TESTS" --gtest_list_tests --gtest_filter='Backends/BackendOps.*' | grep -c '^  .*/cpu ')
+PARITY=$("$TESTS" --gtest_list_tests --gtest_filter='CudaParity.*' | grep -c '^  ')
+EXPECTED=$(( OPS * NGPU + PARITY + 1 ))
 # CLOCKLM_CUDA_SYNC=1: each op waits for itself, so a kernel fault names the op that caused it.
-step tests 180 env CLOCKLM_CUDA_SYNC=1 ctest --test-dir "$BUILD" -R 'BackendOps|Cuda' -j 4 --output-on-failure --timeout 150
-grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$LOGS/tests.log" | head -40 >> "$RES"
+step test_binary 240 env CLOCKLM_CUDA_SYNC=1 "$TESTS" --gtest_filter='Backends/BackendOps.*/cuda_*:CudaParity.*:BackendOpsDevices.*'
+PASSED=$(grep -c '^\[       OK \]' "$LOGS/test_binary.log")
+PASSED_CUDA=$(grep -c '^\[       OK \] Backends/BackendOps\..*/cuda_' "$LOGS/test_binary.log")
+SKIPPED=$(grep -c '^\[  SKIPPED \] [A-Za-z].* (' "$LOGS/test_binary.log")
+NFAILED=$(grep -c '^\[  FAILED  \] [A-Za-z].* (' "$LOGS/test_binary.log")
+say "tests: $PASSED of $EXPECTED expected passed ($PASSED_CUDA CUDA op instances = $OPS op tests x $NGPU devices, $PARITY parity tests, 1 device check); $SKIPPED skipped, $NFAILED failed"
+grep -E '^\[  (FAILED|SKIPPED) *\] [A-Za-z].* \(' "$LOGS/test_binary.log" | head -20 | sed 's/^/  /' >> "$RES"
+if [ "$NGPU" -eq 0 ]; then
+  say "[FAIL] tests: no CUDA device was found ($(grep -m1 '^cuda devices' "$LOGS/info.log" || echo 'clocklm info failed')), so no CUDA test ran"
+  FAILED+=("tests_no_gpu")
+elif [ "$PASSED" -lt "$EXPECTED" ] || [ "$SKIPPED" -gt 0 ] || [ "$NFAILED" -gt 0 ] || [ "$OPS" -eq 0 ]; then
+  say "[FAIL] tests: fewer CUDA tests passed than expected"
+  FAILED+=("tests_count")
+fi
 
 # ---- (c) matmul peak ----------------------------------------------------------------------------
 PEAK=""
