@@ -1,5 +1,6 @@
 // CUDA device discovery for the device context (compiled only with the CUDA backend).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include "backend/cuda/device.h"
 
@@ -27,6 +28,12 @@ std::string cuda_unavailable_reason() {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
+    // Without the driver library the runtime reports a version mismatch; name the real cause.
+    if (e == cudaErrorInsufficientDriver) {
+      void* driver = dlopen("libcuda.so.1", RTLD_LAZY);
+      if (!driver) return "no CUDA driver (libcuda.so.1 cannot be loaded)";
+      dlclose(driver);
+    }
     return cudaGetErrorString(e);
   }
   return n == 0 ? "no CUDA device present" : "";
