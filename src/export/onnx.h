@@ -1,0 +1,21 @@
+// ONNX export of a GPT: model.onnx (opset 17, IR version 8) that maps input_ids int64 [batch, seq]
+// to logits float [batch, seq, vocab_size] with the math of the model's forward in fp32, every
+// architecture option (GQA, value and bigram embeddings, sliding window, embedding skips, relu2 /
+// gelu / swiglu, norm gains, qk-norm, tied embeddings, softcap) written with standard ONNX ops.
+// The layout of the graph is in docs/FORMATS.md.
+#pragma once
+#include <string>
+
+#include "model/gpt.h"
+
+namespace clm {
+
+// The serialised ModelProto. Rows may be up to `max_positions` tokens long (the RoPE tables hold
+// that many positions; 0 = the model's seq_len). The vocabulary is the config's vocab_size (the
+// tokenizer's; the padding rows of the embedding and head are left out). Refuses, in one line, a
+// model whose weights do not fit one protobuf message (2 GiB).
+std::string onnx_model_bytes(GPT& model, int max_positions = 0);
+// onnx_model_bytes written to `path` atomically (temp file + rename).
+void write_onnx(GPT& model, const std::string& path, int max_positions = 0);
+
+}  // namespace clm
