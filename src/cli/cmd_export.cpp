@@ -1,5 +1,5 @@
 // `clocklm export`: a checkpoint or run folder written as safetensors (clocklm's names), as
-// Hugging Face transformers' nanochat layout, or any other format in export_formats()
+// Hugging Face transformers' nanochat layout, as ONNX, or any other format in export_formats()
 // (src/export/export_model.h; the formats are described in docs/FORMATS.md).
 #include <cstdio>
 
@@ -14,7 +14,7 @@ void register_export_commands(CLI::App& app) {
   std::string formats;
   for (const ExportFormat& f : export_formats()) formats += "\n  " + f.name + ": " + f.summary;
   auto* ex = app.add_subcommand("export", "Write a trained model in a format other tools load (safetensors, "
-                                          "Hugging Face); never half-written");
+                                          "Hugging Face, ONNX); never half-written");
   ex->add_option("--checkpoint", o->checkpoint, "Checkpoint file, or a run folder (its latest checkpoint)")->required();
   ex->add_option("--format", o->format, "Output format:" + formats)->required();
   ex->add_option("--out", o->out, "Destination folder (created; must be empty or absent unless --force)")->required();

@@ -1,5 +1,6 @@
 // The export driver: loading a checkpoint for export and writing a format into place atomically
-// (see export_model.h). The formats themselves are in clocklm_format.cpp and hf_nanochat.cpp.
+// (see export_model.h). The formats themselves are in clocklm_format.cpp, hf_nanochat.cpp and
+// onnx_format.cpp.
 #include "export/export_model.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "eval/model_load.h"
 #include "export/clocklm_format.h"
 #include "export/hf_nanochat.h"
+#include "export/onnx_format.h"
 #include "model/gpt.h"
 
 namespace clm {
@@ -35,6 +37,8 @@ const std::vector<ExportFormat>& export_formats() {
        write_clocklm_export},
       {"hf", "Hugging Face transformers' nanochat layout (config.json, model.safetensors, tokenizer)",
        write_hf_nanochat},
+      {"onnx", "model.onnx (opset 17: input_ids -> logits, fp32), clocklm_config.json, the tokenizer",
+       write_onnx_export},
   };
   return formats;
 }

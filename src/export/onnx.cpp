@@ -7,7 +7,9 @@
 #include "export/onnx.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <map>
 #include <vector>
 
@@ -23,22 +25,14 @@ constexpr int64_t kOpset = 17;
 // protobuf caps a message at 2 GiB; the graph besides the weights takes well under 64 MiB.
 constexpr int64_t kMaxWeightBytes = (int64_t(1) << 31) - (int64_t(64) << 20);
 
-struct HostParam {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
+using HostParam = SafeTensor;
 
 using A = OnnxAttr;
 
 class GptGraph {
  public:
-  GptGraph(GPT& model, int max_positions) : c_(model.config()), P_(max_positions) {
-    for (Param& p : model.params()) {
-      HostParam& h = w_[p.name];
-      h.shape = p.shape;
-      h.data.resize(size_t(p.numel()));
-      p.to_host(h.data.data());
-    }
+  GptGraph(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions) : c_(c), P_(max_positions) {
+    for (const SafeTensor& p : params) w_[p.name] = &p;
     V_ = c_.vocab_size;
     hd_ = c_.head_dim;
   }
@@ -72,17 +66,23 @@ class GptGraph {
   const HostParam& param(const std::string& name) const {
     auto it = w_.find(name);
     if (it == w_.end()) fail("ONNX export: the model has no parameter {}", name);
-    return it->second;
+    const int64_t n = std::accumulate(it->second->shape.begin(), it->second->shape.end(), int64_t(1),
+                                      std::multiplies<int64_t>());
+    if (n != int64_t(it->second->data.size()))
+      fail("ONNX export: parameter {} holds {} values, its shape {}", name, it->second->data.size(), n);
+    return *it->second;
   }
   bool has(const std::string& name) const { return w_.count(name) > 0; }
   // The first V rows of a [padded vocab, C] table.
   std::string vocab_rows(const std::string& name) {
     const HostParam& p = param(name);
+    if (p.shape.size() != 2 || p.shape[0] < V_) fail("ONNX export: {} has fewer than {} vocabulary rows", name, V_);
     return g_.init_f32(name, {V_, p.shape[1]}, p.data.data());
   }
   // A [out, in] matrix stored as [in, out] (optionally only its first `rows` rows), for x W^T.
   std::string transposed(const std::string& name, int64_t rows = -1) {
     const HostParam& p = param(name);
+    if (p.shape.size() != 2 || p.shape[0] < rows) fail("ONNX export: {} is not a matrix of at least {} rows", name, rows);
     const int64_t out = rows < 0 ? p.shape[0] : rows, in = p.shape[1];
     std::vector<float> t(size_t(out * in));
     for (int64_t o = 0; o < out; ++o)
@@ -260,27 +260,39 @@ class GptGraph {
   const ModelConfig& c_;
   int64_t P_, V_ = 0;
   int hd_ = 0;
-  std::map<std::string, HostParam> w_;
+  std::map<std::string, const HostParam*> w_;
   OnnxGraphBuilder g_;
   std::string ids_, T_, pos_, cos_, sin_, mask_, wte_;
 };
 
 }  // namespace
 
-std::string onnx_model_bytes(GPT& model, int max_positions) {
-  const ModelConfig& c = model.config();
+std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions) {
   const int P = max_positions > 0 ? max_positions : c.seq_len;
   if (P <= 0) fail("ONNX export: the maximum row length must be positive, got {}", P);
-  const int64_t bytes = 4 * (model.num_params() + int64_t(P) * c.head_dim);
+  int64_t floats = int64_t(P) * c.head_dim;  // the RoPE tables
+  for (const SafeTensor& t : params) floats += int64_t(t.data.size());
+  const int64_t bytes = 4 * floats;
   if (bytes > kMaxWeightBytes)
     fail("ONNX export: the weights take {:.2f} GB; one ONNX file holds at most 2 GB (protobuf's limit) "
          "and external weight files are not written",
          double(bytes) / 1e9);
-  return GptGraph(model, P).build();
+  return GptGraph(c, params, P).build();
+}
+
+void write_onnx(const ModelConfig& cfg, const std::vector<SafeTensor>& params, const std::string& path,
+                int max_positions) {
+  atomic_write(path, onnx_model_bytes(cfg, params, max_positions));
 }
 
 void write_onnx(GPT& model, const std::string& path, int max_positions) {
-  atomic_write(path, onnx_model_bytes(model, max_positions));
+  std::vector<SafeTensor> params;
+  for (const Param& p : model.params()) {
+    SafeTensor t{p.name, p.shape, std::vector<float>(size_t(p.numel()))};
+    p.to_host(t.data.data());
+    params.push_back(std::move(t));
+  }
+  write_onnx(model.config(), params, path, max_positions);
 }
 
 }  // namespace clm

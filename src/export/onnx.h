@@ -6,16 +6,21 @@
 #pragma once
 #include <string>
 
+#include "export/safetensors.h"
 #include "model/gpt.h"
 
 namespace clm {
 
-// The serialised ModelProto. Rows may be up to `max_positions` tokens long (the RoPE tables hold
-// that many positions; 0 = the model's seq_len). The vocabulary is the config's vocab_size (the
-// tokenizer's; the padding rows of the embedding and head are left out). Refuses, in one line, a
-// model whose weights do not fit one protobuf message (2 GiB).
-std::string onnx_model_bytes(GPT& model, int max_positions = 0);
+// The serialised ModelProto of the model `cfg` with the fp32 host parameters `params` (clocklm's
+// names and shapes, as GPT::params() lists them). Rows may be up to `max_positions` tokens long
+// (the RoPE tables hold that many positions; 0 = the model's seq_len). The vocabulary is the
+// config's vocab_size (the tokenizer's; the padding rows of the embedding and head are left out).
+// Refuses, in one line, a model whose weights do not fit one protobuf message (2 GiB).
+std::string onnx_model_bytes(const ModelConfig& cfg, const std::vector<SafeTensor>& params, int max_positions = 0);
 // onnx_model_bytes written to `path` atomically (temp file + rename).
+void write_onnx(const ModelConfig& cfg, const std::vector<SafeTensor>& params, const std::string& path,
+                int max_positions = 0);
+// The same from a model's current weights.
 void write_onnx(GPT& model, const std::string& path, int max_positions = 0);
 
 }  // namespace clm
