@@ -1,7 +1,8 @@
 // The ONNX export (src/export/onnx.h) against independent tools: python3-onnx's checker accepts the
 // file, and ONNX Runtime (onnxruntime-node) computes clocklm's logits within 1e-4 for a default
 // model and for models with every optional architecture feature, on rows of several lengths
-// (longer than the sliding window), batched and not. Also the protobuf encoder's wire bytes.
+// (longer than the sliding window), batched and not, and its greedy continuation of a prompt is
+// clocklm's (the KV-cache generator `sample` uses). Also the protobuf encoder's wire bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/common.h"
+#include "eval/sample.h"
 #include "export/onnx.h"
 #include "export/protobuf_writer.h"
 #include "model/gpt.h"
@@ -164,8 +166,18 @@ void check_against_onnxruntime(const ModelConfig& c, const std::string& tag) {
                                                             random_rows(1, 7, c.vocab_size, rng),
                                                             random_rows(1, 23, c.vocab_size, rng),
                                                             random_rows(2, 12, c.vocab_size, rng)};
-  onnx_test::OrtResult ort = onnx_test::run_onnxruntime(e.model, batches);
+  const std::vector<int32_t> prompt = random_rows(1, 5, c.vocab_size, rng)[0];
+  const int n = 20;
+  onnx_test::OrtResult ort = onnx_test::run_onnxruntime(e.model, batches, prompt, n);
   ASSERT_EQ(ort.logits.size(), batches.size());
+  // greedy decoding: ONNX Runtime on the whole prefix against clocklm's KV-cache generator
+  SampleOptions greedy;
+  greedy.tokens = n;
+  greedy.temperature = 0;
+  EXPECT_EQ(ort.greedy, generate(e.gpt, prompt, greedy, 0)) << tag;
+  std::string ids;
+  for (int32_t t : ort.greedy) ids += " " + std::to_string(t);
+  std::printf("%s, greedy continuation in ONNX Runtime:%s\n", tag.c_str(), ids.c_str());
   for (size_t b = 0; b < batches.size(); ++b) {
     const int B = int(batches[b].size()), T = int(batches[b][0].size());
     ASSERT_EQ(ort.dims[b], (std::vector<int64_t>{B, T, c.vocab_size}));
