@@ -2,7 +2,8 @@
 // file, and ONNX Runtime (onnxruntime-node) computes clocklm's logits within 1e-4 for a default
 // model and for models with every optional architecture feature, on rows of several lengths
 // (longer than the sliding window), batched and not, and its greedy continuation of a prompt is
-// clocklm's (the KV-cache generator `sample` uses). Also the protobuf encoder's wire bytes.
+// clocklm's (the KV-cache generator `sample` uses), also through the generation variant that takes
+// and returns keys and values. Also the protobuf encoder's wire bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,7 +131,7 @@ std::vector<std::vector<int32_t>> random_rows(int B, int T, int V, Rng& rng) {
 
 struct Exported {
   fs::path dir;
-  std::string model;
+  std::string model, with_past;  // model.onnx and the generation variant
   GPT gpt;
 };
 
@@ -138,11 +139,13 @@ Exported export_random(const ModelConfig& c, const std::string& tag, uint64_t se
   fs::path dir = fs::temp_directory_path() / ("clocklm_test_onnx_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  Exported e{dir, (dir / "model.onnx").string(), GPT(c, 1, c.seq_len, cpu_backend())};
+  Exported e{dir, (dir / "model.onnx").string(), (dir / "model_with_past.onnx").string(),
+             GPT(c, 1, c.seq_len, cpu_backend())};
   e.gpt.set_matmul_precision(MatPrec::F32);
   e.gpt.set_grad_enabled(false);
   randomize(e.gpt, seed);
   write_onnx(e.gpt, e.model);
+  write_onnx(e.gpt, e.with_past, 0, true);
   return e;
 }
 
@@ -150,9 +153,11 @@ void check_with_onnx_checker(const ModelConfig& c, const std::string& tag) {
   const std::string py = onnx_test::python_with_onnx();
   if (py.empty()) GTEST_SKIP() << "python3-onnx is not installed (apt-get install python3-onnx)";
   Exported e = export_random(c, tag, 3);
-  auto r = onnx_test::onnx_check(py, e.model);
-  EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("onnx checker: ok"), std::string::npos) << r.out;
+  for (const std::string& f : {e.model, e.with_past}) {
+    auto r = onnx_test::onnx_check(py, f);
+    EXPECT_EQ(r.status, 0) << f << ": " << r.out;
+    EXPECT_NE(r.out.find("onnx checker: ok"), std::string::npos) << f << ": " << r.out;
+  }
   fs::remove_all(e.dir);
 }
 
@@ -168,13 +173,28 @@ void check_against_onnxruntime(const ModelConfig& c, const std::string& tag) {
                                                             random_rows(2, 12, c.vocab_size, rng)};
   const std::vector<int32_t> prompt = random_rows(1, 5, c.vocab_size, rng)[0];
   const int n = 20;
-  onnx_test::OrtResult ort = onnx_test::run_onnxruntime(e.model, batches, prompt, n);
+  onnx_test::OrtResult ort =
+      onnx_test::run_onnxruntime(e.model, batches, prompt, n, {e.with_past, c.n_kv_head, c.head_dim});
   ASSERT_EQ(ort.logits.size(), batches.size());
-  // greedy decoding: ONNX Runtime on the whole prefix against clocklm's KV-cache generator
+  // greedy decoding: ONNX Runtime on the whole prefix, and token by token with its key/value
+  // outputs fed back, against clocklm's KV-cache generator
   SampleOptions greedy;
   greedy.tokens = n;
   greedy.temperature = 0;
-  EXPECT_EQ(ort.greedy, generate(e.gpt, prompt, greedy, 0)) << tag;
+  const std::vector<int32_t> want = generate(e.gpt, prompt, greedy, 0);
+  EXPECT_EQ(ort.greedy, want) << tag;
+  EXPECT_EQ(ort.incremental, want) << tag << " (generation variant)";
+  // each step's logits against clocklm's at that position of the whole sequence
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), want.begin(), want.end() - 1);
+  const std::vector<float> ref = clocklm_logits(e.gpt, {seq});
+  const size_t V = size_t(c.vocab_size), first = prompt.size() - 1;
+  ASSERT_EQ(ort.incremental_logits.size(), size_t(n) * V);
+  double worst = 0;
+  for (size_t i = 0; i < ort.incremental_logits.size(); ++i)
+    worst = std::max(worst, double(std::fabs(ort.incremental_logits[i] - ref[first * V + i])));
+  std::printf("%s, generation variant, %d steps: largest |ONNX Runtime - clocklm| %.3g\n", tag.c_str(), n, worst);
+  EXPECT_LE(worst, 1e-4) << tag << " (generation variant)";
   std::string ids;
   for (int32_t t : ort.greedy) ids += " " + std::to_string(t);
   std::printf("%s, greedy continuation in ONNX Runtime:%s\n", tag.c_str(), ids.c_str());

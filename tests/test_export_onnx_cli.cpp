@@ -1,6 +1,7 @@
 // `clocklm export --format onnx` end to end: a tiny run trained with the CLI, exported, and run in
-// ONNX Runtime (onnxruntime-node): its greedy continuation of a prompt is the text
-// `clocklm sample --temperature 0` prints, and its logits equal `clocklm eval logits`' within 1e-4.
+// ONNX Runtime (onnxruntime-node): its greedy continuation of a prompt (through model.onnx and
+// through the generation variant) is the text `clocklm sample --temperature 0` prints, and its
+// logits equal `clocklm eval logits`' within 1e-4.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,7 +42,7 @@ TEST(OnnxExportCli, TrainedRunGreedyAndLogitsMatchClocklm) {
             0)
       << text;
   ASSERT_EQ(run_clocklm("export --checkpoint " + run + " --format onnx --out " + out, &text), 0) << text;
-  for (const char* f : {"model.onnx", "clocklm_config.json", "clocklm_tokenizer.json"})
+  for (const char* f : {"model.onnx", "model_with_past.onnx", "clocklm_config.json", "clocklm_tokenizer.json"})
     EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f << " missing: " << text;
   EXPECT_NE(run_clocklm("export --checkpoint " + run + " --format onnx --dtype bf16 --out " + out + "_bf16", &text), 0);
   EXPECT_NE(text.find("fp32"), std::string::npos) << text;
@@ -56,8 +57,13 @@ TEST(OnnxExportCli, TrainedRunGreedyAndLogitsMatchClocklm) {
   const std::string model = (fs::path(out) / "model.onnx").string();
   std::vector<std::vector<int32_t>> rows = {ids, ids};
   rows[1][1] = rows[1][2];  // a second row of the same length
-  onnx_test::OrtResult ort = onnx_test::run_onnxruntime(model, {rows}, ids, n);
+  const auto cfg = nlohmann::json::parse(read_file((fs::path(out) / "clocklm_config.json").string()))["model"];
+  onnx_test::OrtResult ort =
+      onnx_test::run_onnxruntime(model, {rows}, ids, n,
+                                 {(fs::path(out) / "model_with_past.onnx").string(), cfg["n_kv_head"].get<int>(),
+                                  cfg["head_dim"].get<int>()});
   ASSERT_EQ(ort.greedy.size(), size_t(n));
+  EXPECT_EQ(ort.incremental, ort.greedy) << "the generation variant continues as model.onnx does";
   std::vector<uint32_t> cont(ort.greedy.begin(), ort.greedy.end());
   ASSERT_EQ(run_clocklm("sample --checkpoint " + run + " --device cpu --temperature 0 --tokens " + std::to_string(n) +
                             " --prompt '" + prompt + "'",

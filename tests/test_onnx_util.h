@@ -44,14 +44,26 @@ struct OrtResult {
   std::vector<std::vector<float>> logits;  // per batch, B x T x V
   std::vector<std::vector<int64_t>> dims;
   std::vector<int32_t> greedy;
+  std::vector<int32_t> incremental;        // the greedy continuation through the generation variant
+  std::vector<float> incremental_logits;   // N x V: the logits each of those ids was taken from
+};
+
+// The generation variant (model_with_past.onnx) and the cache shape it takes, for run_onnxruntime.
+struct WithPast {
+  std::string model;
+  int kv_heads = 0, head_dim = 0;
 };
 
 // Runs onnx_run.mjs on `model`: the logits of each batch (equal-length rows), and a greedy
 // continuation of `prompt` by `tokens` ids when tokens > 0. Files go next to the model.
+// With `past`, the same continuation also through the generation variant.
 inline OrtResult run_onnxruntime(const std::string& model, const std::vector<std::vector<std::vector<int32_t>>>& batches,
-                                 const std::vector<int32_t>& prompt = {}, int tokens = 0) {
+                                 const std::vector<int32_t>& prompt = {}, int tokens = 0, const WithPast& past = {}) {
   nlohmann::json job = {{"batches", batches}};
   if (tokens > 0) job["greedy"] = {{"prompt", prompt}, {"tokens", tokens}};
+  if (tokens > 0 && !past.model.empty())
+    job["incremental"] = {{"model", past.model}, {"prompt", prompt}, {"tokens", tokens},
+                          {"kv_heads", past.kv_heads}, {"head_dim", past.head_dim}};
   const std::string in = model + ".in.json", out = model + ".out.json";
   clm::atomic_write(in, job.dump());
   auto r = cli_test::run_cmd("node " + clients_dir() + "/onnx_run.mjs " + model + " " + in + " " + out);
@@ -61,6 +73,10 @@ inline OrtResult run_onnxruntime(const std::string& model, const std::vector<std
   for (const auto& b : j["logits"]) res.logits.push_back(b.get<std::vector<float>>());
   for (const auto& d : j["dims"]) res.dims.push_back(d.get<std::vector<int64_t>>());
   if (j.contains("greedy")) res.greedy = j["greedy"].get<std::vector<int32_t>>();
+  if (j.contains("incremental")) {
+    res.incremental = j["incremental"].get<std::vector<int32_t>>();
+    res.incremental_logits = j["incremental_logits"].get<std::vector<float>>();
+  }
   return res;
 }
 

@@ -37,7 +37,8 @@ const std::vector<ExportFormat>& export_formats() {
        write_clocklm_export},
       {"hf", "Hugging Face transformers' nanochat layout (config.json, model.safetensors, tokenizer)",
        write_hf_nanochat},
-      {"onnx", "model.onnx (opset 17: input_ids -> logits, fp32), clocklm_config.json, the tokenizer",
+      {"onnx", "model.onnx (opset 17: input_ids -> logits, fp32), model_with_past.onnx (keys/values in "
+                "and out, for generation), clocklm_config.json, the tokenizer",
        write_onnx_export},
   };
   return formats;

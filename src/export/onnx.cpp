@@ -31,7 +31,8 @@ using A = OnnxAttr;
 
 class GptGraph {
  public:
-  GptGraph(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions) : c_(c), P_(max_positions) {
+  GptGraph(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions, bool with_past)
+      : c_(c), P_(max_positions), past_(with_past) {
     for (const SafeTensor& p : params) w_[p.name] = &p;
     V_ = c_.vocab_size;
     hd_ = c_.head_dim;
@@ -42,7 +43,11 @@ class GptGraph {
     g_.input(ids_, OnnxType::Int64, {{0, "batch"}, {0, "seq"}});
     const std::string shape = g_.op("Shape", {ids_});
     T_ = g_.op("Gather", {shape, g_.i64(1)});
-    pos_ = g_.op("Range", {g_.i64(0), T_, g_.i64(1)});
+    if (past_) past_inputs();
+    else past_len_ = g_.i64(0);
+    total_ = past_ ? g_.op("Add", {past_len_, T_}) : T_;
+    pos_ = g_.op("Range", {past_len_, total_, g_.i64(1)});  // absolute positions of the new tokens
+    key_pos_ = past_ ? g_.op("Range", {g_.i64(0), total_, g_.i64(1)}) : pos_;
     rope_tables();
     causal_mask();
     std::string x = embed();
@@ -56,10 +61,14 @@ class GptGraph {
     else
       z = g_.op("Identity", {z}, {}, "logits");
     g_.output(z, OnnxType::Float, {{0, "batch"}, {0, "seq"}, {V_, ""}});
+    for (const auto& [k, v] : presents_) {
+      g_.output(k, OnnxType::Float, {{0, "batch"}, {c_.n_kv_head, ""}, {0, "total"}, {hd_, ""}});
+      g_.output(v, OnnxType::Float, {{0, "batch"}, {c_.n_kv_head, ""}, {0, "total"}, {hd_, ""}});
+    }
     return g_.model("clocklm_gpt", kOpset, "clocklm",
-                    fmt::format("clocklm GPT: input_ids int64 [batch, seq] -> logits float [batch, seq, {}]; "
+                    fmt::format("clocklm GPT: input_ids int64 [batch, seq]{} -> logits float [batch, seq, {}]{}; "
                                 "rows of at most {} tokens",
-                                V_, P_));
+                                past_ ? " + past keys/values" : "", V_, past_ ? " + present keys/values" : "", P_));
   }
 
  private:
@@ -104,20 +113,33 @@ class GptGraph {
     return y;
   }
 
-  // cos/sin [P, hd/2] as the model computes them, cut to the row length at run time.
+  // The generation variant's extra inputs: each layer's past keys (after qk-norm and RoPE) and
+  // values [batch, Hkv, past, hd], whose length gives the new tokens' first position, and with a
+  // bigram table the token before input_ids[:, 0] (read only when past > 0).
+  void past_inputs() {
+    for (int l = 0; l < c_.n_layer; ++l)
+      for (const char* kv : {"key", "value"})
+        g_.input(fmt::format("past.{}.{}", l, kv), OnnxType::Float, {{0, "batch"}, {c_.n_kv_head, ""}, {0, "past"}, {hd_, ""}});
+    if (c_.bigram_buckets > 0) g_.input("prev_ids", OnnxType::Int64, {{0, "batch"}, {1, ""}});
+    past_len_ = g_.op("Gather", {g_.op("Shape", {std::string("past.0.key")}), g_.i64(2)});
+  }
+
+  // cos/sin [P, hd/2] as the model computes them, cut to the new tokens' positions at run time.
   void rope_tables() {
     const int h2 = hd_ / 2;
     std::vector<float> cs(size_t(P_) * h2), sn(cs.size());
     cpu_backend().rope_tables(cs.data(), sn.data(), P_, hd_, c_.rope_base);
-    const std::string len = g_.op("Shape", {ids_}, {A::make_int("start", 1), A::make_int("end", 2)});
-    cos_ = g_.op("Slice", {g_.init_f32("rope.cos", {P_, h2}, cs.data()), g_.i64s({0}), len, g_.i64s({0})});
-    sin_ = g_.op("Slice", {g_.init_f32("rope.sin", {P_, h2}, sn.data()), g_.i64s({0}), len, g_.i64s({0})});
+    const std::string from = g_.op("Unsqueeze", {past_len_, g_.i64s({0})});
+    const std::string to = g_.op("Unsqueeze", {total_, g_.i64s({0})});
+    cos_ = g_.op("Slice", {g_.init_f32("rope.cos", {P_, h2}, cs.data()), from, to, g_.i64s({0})});
+    sin_ = g_.op("Slice", {g_.init_f32("rope.sin", {P_, h2}, sn.data()), from, to, g_.i64s({0})});
   }
 
-  // [T, T] bool: query t sees key j when 0 <= t - j (< window, with a sliding window).
+  // [T, past + T] bool: the query at position t sees the key at position j when 0 <= t - j
+  // (< window, with a sliding window).
   void causal_mask() {
     const std::string q = g_.op("Unsqueeze", {pos_, g_.i64s({1})});
-    const std::string k = g_.op("Unsqueeze", {pos_, g_.i64s({0})});
+    const std::string k = g_.op("Unsqueeze", {key_pos_, g_.i64s({0})});
     const std::string diff = g_.op("Sub", {q, k});
     mask_ = g_.op("GreaterOrEqual", {diff, g_.i64(0)});
     if (c_.attn_window > 0) mask_ = g_.op("And", {mask_, g_.op("Less", {diff, g_.i64(c_.attn_window)})});
@@ -160,7 +182,8 @@ class GptGraph {
   // position 0. Int64 Mul wraps around as the model's uint64 multiply does.
   std::string bigram_rows() {
     const int64_t K = c_.bigram_buckets;
-    const std::string first = g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({1}), g_.i64s({1})});
+    const std::string first =
+        past_ ? std::string("prev_ids") : g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({1}), g_.i64s({1})});
     const std::string rest = g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({-1}), g_.i64s({1})});
     const std::string prev = g_.op("Concat", {first, rest}, {A::make_int("axis", 1)});
     std::string x = g_.op("Add", {g_.op("Mul", {prev, g_.i64(int64_t(1) << 32)}), ids_});
@@ -210,6 +233,12 @@ class GptGraph {
     }
     q = rope(q);
     k = rope(k);
+    if (past_) {  // the cache grows by the new tokens' keys and values
+      const std::string present_k = fmt::format("present.{}.key", l), present_v = fmt::format("present.{}.value", l);
+      k = g_.op("Concat", {fmt::format("past.{}.key", l), k}, {A::make_int("axis", 2)}, present_k);
+      v = g_.op("Concat", {fmt::format("past.{}.value", l), v}, {A::make_int("axis", 2)}, present_v);
+      presents_.emplace_back(present_k, present_v);
+    }
     k = repeat_kv(k);
     v = repeat_kv(v);
     const std::string qs = g_.op("Mul", {q, g_.f32(1.0f / std::sqrt(float(hd_)))});
@@ -259,6 +288,9 @@ class GptGraph {
 
   const ModelConfig& c_;
   int64_t P_, V_ = 0;
+  bool past_ = false;
+  std::string past_len_, total_, key_pos_;
+  std::vector<std::pair<std::string, std::string>> presents_;
   int hd_ = 0;
   std::map<std::string, const HostParam*> w_;
   OnnxGraphBuilder g_;
@@ -267,7 +299,8 @@ class GptGraph {
 
 }  // namespace
 
-std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions) {
+std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>& params, int max_positions,
+                             bool with_past) {
   const int P = max_positions > 0 ? max_positions : c.seq_len;
   if (P <= 0) fail("ONNX export: the maximum row length must be positive, got {}", P);
   int64_t floats = int64_t(P) * c.head_dim;  // the RoPE tables
@@ -277,22 +310,22 @@ std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>
     fail("ONNX export: the weights take {:.2f} GB; one ONNX file holds at most 2 GB (protobuf's limit) "
          "and external weight files are not written",
          double(bytes) / 1e9);
-  return GptGraph(c, params, P).build();
+  return GptGraph(c, params, P, with_past).build();
 }
 
 void write_onnx(const ModelConfig& cfg, const std::vector<SafeTensor>& params, const std::string& path,
-                int max_positions) {
-  atomic_write(path, onnx_model_bytes(cfg, params, max_positions));
+                int max_positions, bool with_past) {
+  atomic_write(path, onnx_model_bytes(cfg, params, max_positions, with_past));
 }
 
-void write_onnx(GPT& model, const std::string& path, int max_positions) {
+void write_onnx(GPT& model, const std::string& path, int max_positions, bool with_past) {
   std::vector<SafeTensor> params;
   for (const Param& p : model.params()) {
     SafeTensor t{p.name, p.shape, std::vector<float>(size_t(p.numel()))};
     p.to_host(t.data.data());
     params.push_back(std::move(t));
   }
-  write_onnx(model.config(), params, path, max_positions);
+  write_onnx(model.config(), params, path, max_positions, with_past);
 }
 
 }  // namespace clm

@@ -16,11 +16,16 @@ namespace clm {
 // (the RoPE tables hold that many positions; 0 = the model's seq_len). The vocabulary is the
 // config's vocab_size (the tokenizer's; the padding rows of the embedding and head are left out).
 // Refuses, in one line, a model whose weights do not fit one protobuf message (2 GiB).
-std::string onnx_model_bytes(const ModelConfig& cfg, const std::vector<SafeTensor>& params, int max_positions = 0);
+// with_past: the generation variant, which also takes each layer's past keys and values
+// (past.{l}.key|value [batch, n_kv_head, past, head_dim]; with a bigram table also prev_ids
+// [batch, 1], the token before input_ids[:, 0]), puts the new tokens at positions past.., and
+// returns the grown caches (present.{l}.key|value [batch, n_kv_head, past + seq, head_dim]).
+std::string onnx_model_bytes(const ModelConfig& cfg, const std::vector<SafeTensor>& params, int max_positions = 0,
+                             bool with_past = false);
 // onnx_model_bytes written to `path` atomically (temp file + rename).
 void write_onnx(const ModelConfig& cfg, const std::vector<SafeTensor>& params, const std::string& path,
-                int max_positions = 0);
+                int max_positions = 0, bool with_past = false);
 // The same from a model's current weights.
-void write_onnx(GPT& model, const std::string& path, int max_positions = 0);
+void write_onnx(GPT& model, const std::string& path, int max_positions = 0, bool with_past = false);
 
 }  // namespace clm

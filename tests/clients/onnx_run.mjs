@@ -1,11 +1,17 @@
 // Runs an exported model.onnx with ONNX Runtime (onnxruntime-node, CPU execution provider): the
 // logits of batches of token rows, and optionally a greedy continuation of a prompt (the model run
-// on the whole prefix for each new token, the first index of the largest logit taken).
+// on the whole prefix for each new token, the first index of the largest logit taken), and the
+// same continuation through the generation variant (model_with_past.onnx: the prompt once, then
+// one token per call with the returned keys and values fed back).
 //   node onnx_run.mjs MODEL.onnx IN.json OUT.json
 // IN.json:  {"batches": [[[ids of row 1], [ids of row 2], ...], ...],   rows of a batch equally long
-//            "greedy": {"prompt": [ids], "tokens": N}}                  optional
+//            "greedy": {"prompt": [ids], "tokens": N},                  optional
+//            "incremental": {"model": "model_with_past.onnx", "prompt": [ids], "tokens": N,
+//                            "kv_heads": Hkv, "head_dim": hd}}          optional
 // OUT.json: {"logits": [[floats of batch 1, B x T x V row-major], ...], "dims": [[B, T, V], ...],
-//            "greedy": [N continuation ids]}
+//            "greedy": [N continuation ids],
+//            "incremental": [N ids], "incremental_logits": [N x V floats: the last position's
+//            logits of each call, from which each id was taken]}
 import { readFileSync, writeFileSync } from 'node:fs';
 import ort from 'onnxruntime-node';
 
@@ -45,5 +51,40 @@ if (job.greedy) {
     seq.push(best);
   }
   result.greedy = cont;
+}
+function argmaxLast(z, rows) {
+  const V = Number(z.dims[2]);
+  const last = z.data.subarray((rows - 1) * V, rows * V);
+  let best = 0;
+  for (let j = 1; j < V; ++j) if (last[j] > last[best]) best = j;
+  return best;
+}
+
+if (job.incremental) {
+  const inc = job.incremental;
+  const gen = await ort.InferenceSession.create(inc.model, { executionProviders: ['cpu'] });
+  const layers = gen.inputNames.filter((n) => /^past\.\d+\.key$/.test(n)).length;
+  const feeds = {};
+  for (let l = 0; l < layers; ++l)
+    for (const kv of ['key', 'value'])
+      feeds[`past.${l}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, inc.kv_heads, 0, inc.head_dim]);
+  let step = inc.prompt;
+  let prev = 0;
+  const cont = [], steps = [];
+  for (let n = 0; n < inc.tokens; ++n) {
+    feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(step.map(BigInt)), [1, step.length]);
+    if (gen.inputNames.includes('prev_ids')) feeds.prev_ids = new ort.Tensor('int64', BigInt64Array.from([BigInt(prev)]), [1, 1]);
+    const out = await gen.run(feeds);
+    const V = Number(out.logits.dims[2]);
+    steps.push(...out.logits.data.subarray((step.length - 1) * V, step.length * V));
+    const next = argmaxLast(out.logits, step.length);
+    cont.push(next);
+    prev = step[step.length - 1];
+    step = [next];
+    for (let l = 0; l < layers; ++l)
+      for (const kv of ['key', 'value']) feeds[`past.${l}.${kv}`] = out[`present.${l}.${kv}`];
+  }
+  result.incremental = cont;
+  result.incremental_logits = steps;
 }
 writeFileSync(outPath, JSON.stringify(result));
