@@ -41,7 +41,7 @@ ModelConfig small_config() {
 }
 
 // Every option on: GQA, value embeddings, bigram table, window, embedding skips, swiglu, gains
-// (q/k norm gains included), tied embeddings, no softcap.
+// (q/k norm gains included), tied embeddings, no softcap, a multi-token head.
 ModelConfig all_options_config() {
   ModelConfig c = small_config();
   c.n_layer = 3;
@@ -54,6 +54,7 @@ ModelConfig all_options_config() {
   c.norm_gain = true;
   c.tie_embeddings = true;
   c.logit_softcap = 0;
+  c.mtp_weight = 0.5f;  // the multi-token head is training-only: not exported
   return c;
 }
 
@@ -239,3 +240,24 @@ TEST(OnnxExport, CheckerAcceptsGeluVariant) { check_with_onnx_checker(gelu_confi
 TEST(OnnxExport, RuntimeMatchesDefaultModel) { check_against_onnxruntime(small_config(), "ort_default"); }
 TEST(OnnxExport, RuntimeMatchesEveryOption) { check_against_onnxruntime(all_options_config(), "ort_all"); }
 TEST(OnnxExport, RuntimeMatchesGeluVariant) { check_against_onnxruntime(gelu_config(), "ort_gelu"); }
+
+TEST(OnnxExport, RefusesMoreThanOneFileHolds) {
+  // RoPE tables for 600M positions would take ~38 GB: refused before anything is built
+  ModelConfig c = small_config();
+  GPT m(c, 1, 8, cpu_backend());
+  std::vector<SafeTensor> params;
+  for (const Param& p : m.params()) params.push_back({p.name, p.shape, std::vector<float>(size_t(p.numel()))});
+  try {
+    onnx_model_bytes(c, params, 600'000'000);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 2 GB"), std::string::npos) << e.what();
+  }
+  params.pop_back();  // a parameter missing: one line naming it
+  try {
+    onnx_model_bytes(c, params);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lm_head"), std::string::npos) << e.what();
+  }
+}

@@ -47,6 +47,13 @@ TEST(OnnxExportCli, TrainedRunGreedyAndLogitsMatchClocklm) {
   EXPECT_NE(run_clocklm("export --checkpoint " + run + " --format onnx --dtype bf16 --out " + out + "_bf16", &text), 0);
   EXPECT_NE(text.find("fp32"), std::string::npos) << text;
   EXPECT_FALSE(fs::exists(out + "_bf16"));
+  const std::string py = onnx_test::python_with_onnx();
+  if (py.empty()) std::printf("python3-onnx is not installed: the exported files are not checked by its checker\n");
+  for (const char* f : {"model.onnx", "model_with_past.onnx"})
+    if (!py.empty()) {
+      auto r = onnx_test::onnx_check(py, (fs::path(out) / f).string());
+      EXPECT_EQ(r.status, 0) << f << ": " << r.out;
+    }
 
   // Greedy: the prompt as sample encodes it (BOS, then the text), 12 new tokens.
   const Tokenizer tok = Tokenizer::load((fs::path(out) / "clocklm_tokenizer.json").string());
