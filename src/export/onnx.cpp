@@ -9,8 +9,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,8 +24,6 @@ namespace {
 constexpr int64_t kOpset = 17;
 // protobuf caps a message at 2 GiB; the graph besides the weights takes well under 64 MiB.
 constexpr int64_t kMaxWeightBytes = (int64_t(1) << 31) - (int64_t(64) << 20);
-
-using HostParam = SafeTensor;
 
 using A = OnnxAttr;
 
@@ -72,7 +70,7 @@ class GptGraph {
   }
 
  private:
-  const HostParam& param(const std::string& name) const {
+  const SafeTensor& param(const std::string& name) const {
     auto it = w_.find(name);
     if (it == w_.end()) fail("ONNX export: the model has no parameter {}", name);
     const int64_t n = std::accumulate(it->second->shape.begin(), it->second->shape.end(), int64_t(1),
@@ -84,13 +82,13 @@ class GptGraph {
   bool has(const std::string& name) const { return w_.count(name) > 0; }
   // The first V rows of a [padded vocab, C] table.
   std::string vocab_rows(const std::string& name) {
-    const HostParam& p = param(name);
+    const SafeTensor& p = param(name);
     if (p.shape.size() != 2 || p.shape[0] < V_) fail("ONNX export: {} has fewer than {} vocabulary rows", name, V_);
     return g_.init_f32(name, {V_, p.shape[1]}, p.data.data());
   }
   // A [out, in] matrix stored as [in, out] (optionally only its first `rows` rows), for x W^T.
   std::string transposed(const std::string& name, int64_t rows = -1) {
-    const HostParam& p = param(name);
+    const SafeTensor& p = param(name);
     if (p.shape.size() != 2 || p.shape[0] < rows) fail("ONNX export: {} is not a matrix of at least {} rows", name, rows);
     const int64_t out = rows < 0 ? p.shape[0] : rows, in = p.shape[1];
     std::vector<float> t(size_t(out * in));
@@ -99,7 +97,7 @@ class GptGraph {
     return g_.init_f32(name, {in, out}, t.data());
   }
   std::string plain(const std::string& name) {
-    const HostParam& p = param(name);
+    const SafeTensor& p = param(name);
     return g_.init_f32(name, p.shape, p.data.data());
   }
   std::string linear(const std::string& x, const std::string& name) { return g_.op("MatMul", {x, transposed(name)}); }
@@ -292,7 +290,7 @@ class GptGraph {
   std::string past_len_, total_, key_pos_;
   std::vector<std::pair<std::string, std::string>> presents_;
   int hd_ = 0;
-  std::map<std::string, const HostParam*> w_;
+  std::map<std::string, const SafeTensor*> w_;
   OnnxGraphBuilder g_;
   std::string ids_, T_, pos_, cos_, sin_, mask_, wte_;
 };
