@@ -298,6 +298,14 @@ TEST(ExportHf, NanochatLayoutComputesClocklmsLogitsAndRefusesWhatItCannot) {
                      hf + " --input " + ids + " --logits " + ref + " --tol 1e-4");
     EXPECT_EQ(r.status, 0) << r.out;
     std::printf("%s", r.out.c_str());
+    // bf16 weights: the same schema, logits within 2% of the largest (as for the safetensors format)
+    const std::string hf16 = hf + "_bf16";
+    ASSERT_EQ(run_clocklm("export --checkpoint " + run + " --format hf --dtype bf16 --out " + hf16, &out), 0) << out;
+    const double tol16 = 0.02 * std::max(1.0, max_abs(read_floats(ref)));
+    r = run_cmd(python_with_torch() + " " + (kSource / "tests" / "export" / "check_hf_nanochat.py").string() + " " + hf16 +
+                " --input " + ids + " --logits " + ref + " --tol " + std::to_string(tol16));
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::printf("bf16: %s", r.out.c_str());
     // transformers itself, where it can be imported (exit 77: skipped, with the reason printed)
     r = run_cmd(python_with_torch() + " " + (kSource / "bench" / "hf_check.py").string() + " " + hf + " --input " + ids +
                 " --logits " + ref);
