@@ -77,6 +77,7 @@ def check_schema(folder, errors):
     g = json.load(open(os.path.join(folder, "generation_config.json")))
     if g.get("eos_token_id") != c["eos_token_id"] or g.get("bos_token_id") != c["bos_token_id"]:
         errors.append("generation_config.json: bos/eos differ from config.json")
+    check_tokenizer(folder, c, errors)
     with open(os.path.join(folder, "model.safetensors"), "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
@@ -90,6 +91,23 @@ def check_schema(folder, errors):
         if want.get(k) != have.get(k):
             errors.append(f"model.safetensors: {k} has shape {have.get(k)}, nanochat expects {want.get(k)}")
     return c
+
+
+def check_tokenizer(folder, c, errors):
+    """Where the folder has Hugging Face tokenizer files: both present, the BOS an added special token."""
+    tj, tc = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "tokenizer_config.json")
+    if not os.path.exists(tj) and not os.path.exists(tc):
+        print(f"{folder}: no tokenizer.json (the tokenizer is in clocklm_tokenizer.json only)")
+        return
+    if not (os.path.exists(tj) and os.path.exists(tc)):
+        errors.append("tokenizer.json and tokenizer_config.json must come together")
+        return
+    added = {t["id"]: t for t in json.load(open(tj)).get("added_tokens", [])}
+    bos = added.get(c["bos_token_id"])
+    if bos is None or not bos.get("special"):
+        errors.append(f"tokenizer.json: bos_token_id {c['bos_token_id']} is not an added special token")
+    elif json.load(open(tc)).get("bos_token") != bos["content"]:
+        errors.append("tokenizer_config.json: bos_token differs from the BOS in tokenizer.json")
 
 
 def rms_norm(x, eps):
