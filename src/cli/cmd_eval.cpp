@@ -1,10 +1,11 @@
-// Subcommands of the eval area: `eval bpb`, `eval core` and `sample` (docs/EVAL.md).
+// Subcommands of the eval area: `eval bpb`, `eval core`, `eval logits` and `sample` (docs/EVAL.md).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "core/common.h"
 #include "eval/bpb.h"
 #include "eval/core.h"
+#include "eval/logits.h"
 #include "eval/model_load.h"
 #include "eval/sample.h"
 #include "model/gpt.h"
@@ -101,6 +102,29 @@ void register_eval_commands(CLI::App& app) {
     r["checkpoint"] = ca->checkpoint;
     write_json(ca->json, r);
     if (!ca->csv.empty()) atomic_write(ca->csv, table);
+  });
+
+  // ---- eval logits ----
+  struct LogitsArgs {
+    std::string checkpoint, input, out, device = "auto", precision = "fp32";
+  };
+  auto la = std::make_shared<LogitsArgs>();
+  auto* lg = ev->add_subcommand("logits", "Full logits of token rows, as raw fp32 [rows, T, vocab_size] (to compare runtimes)");
+  lg->add_option("--checkpoint", la->checkpoint, "Checkpoint file or run folder")->required();
+  lg->add_option("--input", la->input, "Token rows: one row of space-separated ids per line, all the same length")->required();
+  lg->add_option("--out", la->out, "Output file: little-endian fp32, row-major [rows, T, vocab_size]")->required();
+  lg->add_option("--matmul-precision", la->precision, "fp32 (the exact reference) | bf16 | auto (the run's)")
+      ->capture_default_str();
+  lg->add_option("--device", la->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
+  lg->callback([la] {
+    std::vector<std::vector<int32_t>> rows = read_token_rows(la->input);
+    LoadedModel lm = load_model_for_eval(la->checkpoint, 1, int(rows[0].size()), la->device);
+    const std::string prec = la->precision == "auto" ? lm.cfg.model.matmul_precision : la->precision;
+    lm.gpt->set_matmul_precision(resolve_precision(prec, lm.gpt->backend()));
+    std::vector<float> z = row_logits(*lm.gpt, rows);
+    atomic_write(la->out, std::string_view(reinterpret_cast<const char*>(z.data()), z.size() * sizeof(float)));
+    std::printf("logits [%zu, %zu, %d] (fp32, %s matmuls) -> %s\n", rows.size(), rows[0].size(),
+                lm.cfg.model.vocab_size, prec_name(lm.gpt->matmul_precision()), la->out.c_str());
   });
 
   // ---- sample ----

@@ -11,6 +11,7 @@ void register_exp_commands(CLI::App& app);        // roofline, profile, runs, re
                                                   // leaderboard, sweep             (cli/cmd_exp.cpp)
 void register_bench_commands(CLI::App& app);       // bench train                   (cli/cmd_bench.cpp)
 void register_info_commands(CLI::App& app);       // info (machine, threads, CUDA devices)
+void register_export_commands(CLI::App& app);     // export                         (cli/cmd_export.cpp)
 void register_agent_commands(CLI::App& app);      // mcp, exp init|submit|list|status|cancel|
                                                   // results|journal|run   (cli/cmd_agent.cpp)
 }  // namespace clm

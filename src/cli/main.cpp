@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   clm::register_engine_commands(app);
   clm::register_bench_commands(app);
   clm::register_eval_commands(app);
+  clm::register_export_commands(app);
   clm::register_exp_commands(app);
   clm::register_agent_commands(app);
   try {
