@@ -335,6 +335,8 @@ TEST(ExportCli, BadInputsAreOneLineErrorsAndLeaveNothingBehind) {
   refused("--checkpoint " + run + " --format gguf --out " + o, "unknown format");
   refused("--checkpoint " + run + " --format safetensors --dtype fp16 --out " + o, "unknown export dtype");
   EXPECT_FALSE(fs::exists(o));
+  refused("--checkpoint " + run + " --format safetensors --force --out " + run, "holds the checkpoint");
+  EXPECT_TRUE(fs::exists(dir / "run" / "checkpoints" / "step_00000001.ckpt"));
   // An existing folder with files is replaced only with --force, and only once the new one is complete.
   fs::create_directories(o);
   atomic_write(o + "/keep.txt", "x");

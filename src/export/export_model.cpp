@@ -124,6 +124,10 @@ std::vector<std::string> export_model(const ExportOptions& o) {
   if (is_nonempty_dir(target) && !o.force)
     fail("export: {} exists and is not empty (pass --force to replace it)", o.out);
   ExportSource src = load_export_source(o.checkpoint, o.tokenizer, o.data);
+  const fs::path ckpt = fs::weakly_canonical(fs::absolute(src.checkpoint));
+  const fs::path tgt = fs::weakly_canonical(target);
+  if (std::mismatch(tgt.begin(), tgt.end(), ckpt.begin(), ckpt.end()).first == tgt.end())
+    fail("export: --out {} holds the checkpoint being exported; choose another folder", o.out);
   make_dirs(target.parent_path().string());
   const fs::path tmp =
       target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());

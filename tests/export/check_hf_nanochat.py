@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from clocklm_torch import load_safetensors, read_rows  # noqa: E402  (the safetensors parser only)
 
