@@ -519,7 +519,7 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
       return true;
     }
   };
-  const size_t window = size_t(std::max(1, threads));
+  const size_t window = size_t(std::max(1, threads)) + 1;  // one more than decode at once: one is being handed on
   while (ahead.size() < window && launch()) {}
   int64_t file_chunks = 0;
   while (!ahead.empty()) {
@@ -528,7 +528,6 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
     const bool has = p.batch.valid();  // false for a file without row groups
     TextBatch b = has ? p.batch.get() : TextBatch{};
     const int64_t chunk = has ? p.file->chunk_bytes(p.row_group) : 0;
-    while (ahead.size() < window && launch()) {}
     st.null_texts += b.nulls;
     for (std::string_view d : b.docs) {
       st.documents++;
@@ -543,6 +542,9 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
       st.input_bytes += p.file->file_size() - file_chunks;
       file_chunks = 0;
     }
+    // Refilled after the documents are handed on, so that a caller stopping early never meets
+    // the errors of files it would not have reached.
+    while (ahead.size() < window && launch()) {}
   }
   return true;
 }
