@@ -29,6 +29,9 @@ bool is_parquet_path(std::string_view path) {
 
 // ---- opening a file -------------------------------------------------------------------------
 
+// Real footers take kilobytes to a few megabytes; the parsed form takes up to ~25 times more.
+static constexpr uint32_t kMaxFooterBytes = 64u << 20;
+
 ParquetFile::ParquetFile(std::string name, std::string_view memory, ParquetLimits limits)
     : path_(std::move(name)), memory_(memory), size_(int64_t(memory.size())), limits_(limits) {}
 
@@ -89,6 +92,7 @@ void ParquetFile::open(const std::string& column) {
     fail("{} is not a Parquet file (no PAR1 magic at its start and end)", path_);
   uint32_t footer = uint32_t(tail[0]) | uint32_t(tail[1]) << 8 | uint32_t(tail[2]) << 16 | uint32_t(tail[3]) << 24;
   if (int64_t(footer) > size_ - 12) fail("{}: footer length {} runs past the file ({} bytes)", bad, footer, size_);
+  if (footer > kMaxFooterBytes) fail("{}: footer of {} bytes is over the {} MiB this reader takes", bad, footer, kMaxFooterBytes >> 20);
   data_end_ = size_ - 8 - int64_t(footer);
   std::vector<uint8_t> buf(footer);
   read_at(data_end_, footer, buf.data());

@@ -38,6 +38,7 @@ void read_struct_list(ThriftReader& r, uint8_t type, F&& item) {
 
 SchemaElement read_schema_element(ThriftReader& r) {
   SchemaElement s;
+  bool named = false;
   int16_t id;
   uint8_t t;
   r.begin_struct();
@@ -45,11 +46,14 @@ SchemaElement read_schema_element(ThriftReader& r) {
     switch (id) {
       case 1: s.type = r.read_i32(t); break;
       case 3: s.repetition = r.read_i32(t); break;
-      case 4: s.name = std::string(r.read_binary(t)); break;
+      case 4: s.name = std::string(r.read_binary(t)), named = true; break;
       case 5: s.num_children = r.read_i32(t); break;
       default: r.skip(t);
     }
   }
+  // Required fields are checked as each element ends, so that a run of empty structs cannot
+  // make many elements out of few bytes.
+  if (!named) r.error("schema element without a name");
   return s;
 }
 
@@ -93,6 +97,7 @@ ColumnChunk read_column_chunk(ThriftReader& r) {
       default: r.skip(t);
     }
   }
+  if (c.type < 0 && !c.encrypted) r.error("column chunk without metadata");
   return c;
 }
 
@@ -108,6 +113,7 @@ RowGroup read_row_group(ThriftReader& r) {
       default: r.skip(t);
     }
   }
+  if (g.num_rows < 0) r.error("row group without a row count");
   return g;
 }
 
