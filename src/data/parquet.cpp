@@ -67,6 +67,7 @@ ParquetFile::~ParquetFile() {
 void ParquetFile::read_at(int64_t offset, size_t n, uint8_t* out) const {
   if (offset < 0 || offset > size_ || int64_t(n) > size_ - offset)
     fail("corrupt Parquet file {}: a range of {} bytes at {} lies past the end of the file", path_, n, offset);
+  if (n == 0) return;
   if (fd_ < 0) {
     std::memcpy(out, memory_.data() + offset, n);
     return;
