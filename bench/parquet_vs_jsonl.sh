@@ -27,7 +27,7 @@ timed() {  # label, command...: one run, wall/user/sys seconds and peak memory
   local label=$1
   shift
   /usr/bin/time -f "$label: %e s wall, %U s user, %S s sys, %M KB peak" "$@" 2>&1 >"$WORK/out.txt" | grep -v '^prepare:' | tail -1
-  grep -h -v '^$' "$WORK/out.txt" | sed 's/^/    /'
+  grep -h -v '^$' "$WORK/out.txt" | sed 's/^/    /' || true
 }
 
 echo "== reading only (clocklm data count)"
