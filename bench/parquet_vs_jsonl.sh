@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parquet against JSON Lines + zstd as corpus input, the same documents in both. DuckDB (through
-# tests/clients/parquet_bench.mjs) writes a nanochat-style shard (zstd, row groups of 1024
-# documents) and a .jsonl.zst of the same text, taken in order from the Wikipedia files of the
+# tests/clients/parquet_bench.mjs) writes a nanochat-style shard (zstd, ROW_GROUP_SIZE 1024, which
+# DuckDB rounds up to 2048 rows) and a .jsonl.zst of the same text, taken in order from the Wikipedia files of the
 # shared training data; then, each once, side by side:
 #   clocklm data count   reading alone (decompress + decode; checksums must agree)
 #   DuckDB               reading the text column of the shard

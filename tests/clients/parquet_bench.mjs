@@ -1,6 +1,6 @@
 // DuckDB's side of bench/parquet_vs_jsonl.sh.
 //   node parquet_bench.mjs make SHARED_TRAIN_DIR TEXT_MB OUT_DIR   writes OUT_DIR/shard.parquet
-//     (zstd, row groups of 1024 documents) and OUT_DIR/shard.jsonl.zst ({"text": ...} lines) with
+//     (zstd, ROW_GROUP_SIZE 1024: DuckDB makes row groups of 2048) and OUT_DIR/shard.jsonl.zst ({"text": ...} lines) with
 //     the same documents: the Wikipedia files' documents in order, up to TEXT_MB of text.
 //   node parquet_bench.mjs read FILE.parquet   reads the text column; prints documents, bytes, seconds.
 import { DuckDBInstance } from '@duckdb/node-api';
