@@ -8,6 +8,8 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 
@@ -189,6 +191,59 @@ std::string bit_packed(const std::vector<uint32_t>& v, int bw) {
   return w.out + bits;
 }
 
+// DELTA_BINARY_PACKED: blocks of 128 deltas in 4 miniblocks of 32.
+std::string delta_binary_packed(const std::vector<int64_t>& v) {
+  CompactWriter w;
+  auto zz = [](int64_t x) { return uint64_t(x << 1) ^ uint64_t(x >> 63); };
+  w.varint(128);
+  w.varint(4);
+  w.varint(v.size());
+  w.varint(zz(v.empty() ? 0 : v[0]));
+  for (size_t b = 1; b < v.size(); b += 128) {
+    size_t n = std::min<size_t>(128, v.size() - b);
+    std::vector<int64_t> d(n);
+    for (size_t i = 0; i < n; ++i) d[i] = v[b + i] - v[b + i - 1];
+    int64_t mn = *std::min_element(d.begin(), d.end());
+    w.varint(zz(mn));
+    std::string widths(4, '\0'), bodies;
+    for (size_t m = 0; m * 32 < n; ++m) {
+      std::vector<uint32_t> mini(32, 0);
+      int bw = 0;
+      for (size_t i = 0; i < 32 && m * 32 + i < n; ++i) {
+        mini[i] = uint32_t(d[m * 32 + i] - mn);
+        while (bw < 32 && (mini[i] >> bw)) ++bw;
+      }
+      widths[m] = char(bw);
+      std::string packed = bit_packed(mini, bw);
+      bodies += packed.substr(packed.size() - size_t(4 * bw));  // without the run header
+    }
+    w.out += widths + bodies;
+  }
+  return w.out;
+}
+
+// PLAIN byte arrays re-encoded as DELTA_BYTE_ARRAY (prefix shared with the previous value + suffix).
+std::string plain_to_delta_byte_array(const std::string& plain) {
+  std::vector<std::string> vals;
+  for (size_t at = 0; at < plain.size();) {
+    uint32_t n = uint32_t(uint8_t(plain[at])) | uint32_t(uint8_t(plain[at + 1])) << 8 |
+                 uint32_t(uint8_t(plain[at + 2])) << 16 | uint32_t(uint8_t(plain[at + 3])) << 24;
+    vals.push_back(plain.substr(at + 4, n));
+    at += 4 + n;
+  }
+  std::vector<int64_t> prefixes, lengths;
+  std::string suffixes, prev;
+  for (const std::string& v : vals) {
+    size_t p = 0;
+    while (p < v.size() && p < prev.size() && v[p] == prev[p]) ++p;
+    prefixes.push_back(int64_t(p));
+    lengths.push_back(int64_t(v.size() - p));
+    suffixes += v.substr(p);
+    prev = v;
+  }
+  return delta_binary_packed(prefixes) + delta_binary_packed(lengths) + suffixes;
+}
+
 std::string zigzag_varint(int64_t v) {
   CompactWriter w;
   w.varint(uint64_t(v << 1) ^ uint64_t(v >> 63));
@@ -197,8 +252,9 @@ std::string zigzag_varint(int64_t v) {
 
 // The file (one row group of one optional text column) with each v1 data page rewritten as two
 // DATA_PAGE_V2 pages: levels stored plain in front, values compressed on their own; the chunk
-// sizes in the footer patched to match.
-std::string to_data_page_v2(const std::string& file) {
+// sizes in the footer patched to match. With delta_byte_array, PLAIN values are re-encoded as
+// DELTA_BYTE_ARRAY.
+std::string to_data_page_v2(const std::string& file, bool delta_byte_array = false) {
   auto u8 = [&](size_t at) { return reinterpret_cast<const uint8_t*>(file.data()) + at; };
   uint32_t flen = uint32_t(*u8(file.size() - 8)) | uint32_t(*u8(file.size() - 7)) << 8 | uint32_t(*u8(file.size() - 6)) << 16;
   size_t footer_at = file.size() - 8 - flen;
@@ -241,6 +297,8 @@ std::string to_data_page_v2(const std::string& file) {
                    uint32_t(uint8_t(values[at + 2])) << 16 | uint32_t(uint8_t(values[at + 3])) << 24);
       vals[0] = values.substr(0, at);
       vals[1] = values.substr(at);
+      if (delta_byte_array)
+        for (std::string& v : vals) v = plain_to_delta_byte_array(v);
     } else {
       int bw = uint8_t(values[0]);
       std::vector<uint32_t> idx = decode_hybrid(values.substr(1), bw, present);
@@ -264,7 +322,7 @@ std::string to_data_page_v2(const std::string& file) {
       w.i32(1, rows);
       w.i32(2, nulls);
       w.i32(3, rows);
-      w.i32(4, h.encoding);
+      w.i32(4, delta_byte_array && h.encoding == parquet::kPlain ? int(parquet::kDeltaByteArray) : h.encoding);
       w.i32(5, int64_t(lbytes.size()));
       w.i32(6, 0);
       w.boolean(7, c.codec != parquet::kUncompressed);
@@ -318,13 +376,15 @@ std::string to_data_page_v2(const std::string& file) {
 TEST(DataParquet, ReadsDataPageV2AsDuckDBDoes) {
   NEED_FIXTURES(dir);
   fs::path d = data_test::temp_dir("parquet_v2pages");
-  for (const char* name : {"v2src_uncompressed", "v2src_zstd", "v2src_dict"}) {
-    fs::path p = d / (std::string(name) + "_v2.parquet");
-    data_test::write_raw(p, to_data_page_v2(bytes_of(dir / (std::string(name) + ".parquet"))));
+  for (std::string source : {"v2src_uncompressed", "v2src_zstd", "v2src_dict", "v2src_zstd+dba"}) {
+    bool dba = source.ends_with("+dba");
+    std::string src = dba ? source.substr(0, source.size() - 4) : source, name = dba ? src + "_dba" : src;
+    fs::path p = d / (name + "_v2.parquet");
+    data_test::write_raw(p, to_data_page_v2(bytes_of(dir / (src + ".parquet")), dba));
     auto r = cli_test::run_cmd("cd " + kClients + " && node parquet_fixtures.mjs --read " + p.string() + " text > " +
-                               (d / (std::string(name) + ".expected")).string());
+                               (d / (name + ".expected")).string());
     ASSERT_EQ(r.status, 0) << "DuckDB does not read the rewritten file: " << r.out;
-    Expected want = expected(d, name), before = expected(dir, name);
+    Expected want = expected(d, name), before = expected(dir, src);
     EXPECT_EQ(want.texts, before.texts) << "DuckDB reads the rewritten file as the original";
     CorpusStats st;
     EXPECT_EQ(read_docs({p.string()}, "text", st), want.texts) << name;
