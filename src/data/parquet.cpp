@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -519,7 +519,8 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
       size_t g = next_group++;
       std::shared_ptr<const ParquetFile> f = cur;
       bool last = next_group == cur->row_groups();
-      ahead.push_back({f, g, last, std::async(std::launch::async, [f, g, &pool] { return f->read_row_group(g, nullptr, &pool); })});
+      auto decode = [f, g, &pool] { return f->read_row_group(g, nullptr, &pool); };
+      ahead.push_back({f, g, last, std::async(std::launch::async, decode)});
       if (last) cur.reset();
       return true;
     }
