@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config
-      libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev zlib1g-dev libpcre2-dev
+      libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev zlib1g-dev libpcre2-dev libsnappy-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin
       sentencepiece libsentencepiece-dev gnuplot-nox)

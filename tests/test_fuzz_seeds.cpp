@@ -13,6 +13,7 @@
 #include "core/common.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
+#include "data/parquet.h"
 #include "eval/core.h"
 #include "exp/sweep.h"
 #include "optim/optim_state.h"
@@ -93,4 +94,13 @@ TEST(FuzzSeeds, CoreFilesAndSweepsParse) {
     EXPECT_GE(parse_core_items(text, path).size(), 3u);
   for (auto& [path, text] : seeds("fuzz_sweep"))
     EXPECT_FALSE(parse_sweep_spec_text(text, path).runs.empty());
+}
+
+TEST(FuzzSeeds, ParquetFilesAreRead) {
+  for (auto& [path, bytes] : seeds("fuzz_parquet")) {
+    auto f = ParquetFile::from_memory(bytes, path, "text");
+    size_t docs = 0;
+    for (size_t g = 0; g < f->row_groups(); ++g) docs += f->read_row_group(g).docs.size();
+    EXPECT_GT(docs, 0u) << path;
+  }
 }

@@ -1,12 +1,15 @@
-// Subcommands of the data area: `prepare` (corpus -> tokenizer + token shards + manifest) and
-// `data inspect` (summarise and validate a prepared folder). Logic lives in data/prepare.cpp.
+// Subcommands of the data area: `prepare` (corpus -> tokenizer + token shards + manifest),
+// `data inspect` (summarise and validate a prepared folder) and `data count` (read corpus inputs as
+// prepare would, and count what they hold). Logic lives in data/prepare.cpp and data/corpus.cpp.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
 #include "data/preset.h"
@@ -51,13 +54,39 @@ static void inspect(const std::string& dir, bool verify) {
                      : "headers and sizes match the manifest (--verify also checks every token)\n");
 }
 
+// Reads every document of the inputs (as prepare's reader does) and prints what was read with an
+// order-sensitive checksum of the documents, so that two encodings of one corpus can be compared.
+static void count_documents(const std::vector<std::string>& inputs, const std::string& column, int threads) {
+  const double t0 = now_seconds();
+  CorpusOptions o;
+  o.text_column = column;
+  o.threads = threads;
+  CorpusStats st;
+  uint64_t sum = 0;
+  int64_t empty = 0;
+  for_each_document(
+      expand_inputs(inputs),
+      [&](std::string_view d) {
+        sum = (sum ^ content_hash64(d.data(), d.size())) * 0x100000001B3ULL;
+        empty += d.empty();
+        return true;
+      },
+      &st, o);
+  const double secs = now_seconds() - t0;
+  std::printf("%lld files, %lld documents (%lld empty), %.1f MB of text, %lld null texts, %lld malformed JSON lines, "
+              "checksum %s\n%.2f s, %.1f MB/s of text\n",
+              (long long)st.files, (long long)st.documents, (long long)empty, double(st.bytes) / 1e6,
+              (long long)st.null_texts, (long long)st.malformed_lines, hex64(sum).c_str(), secs,
+              double(st.bytes) / 1e6 / std::max(secs, 1e-9));
+}
+
 void register_data_commands(CLI::App& app) {
   auto opt = std::make_shared<PrepareOptions>();
   std::string preset_help = "build the corpus from a built-in preset of Debian-packaged text:";
   for (const Preset& p : presets()) preset_help += " " + p.name + " (" + p.description + ")";
   CLI::App* prep = app.add_subcommand(
       "prepare", "Tokenize a corpus into a dataset folder: tokenizer.json, train/val shards, manifest.json");
-  prep->add_option("--input,-i", opt->inputs, "training text: .txt/.jsonl/.jsonl.zst/.jsonl.gz files, folders or globs (repeatable)");
+  prep->add_option("--input,-i", opt->inputs, "training text: .txt/.jsonl/.jsonl.zst/.jsonl.gz/.parquet files, folders or globs (repeatable)");
   prep->add_option("--val", opt->val_inputs, "separate validation text (files, folders, globs; repeatable)");
   prep->add_option("--val-fraction", opt->val_fraction,
                    "hold out this fraction of documents for validation, chosen by a hash of their content (default 0.01; presets set their own)");
@@ -69,6 +98,8 @@ void register_data_commands(CLI::App& app) {
   prep->add_option("--shard-tokens", opt->shard_tokens, "tokens per shard (a shard never splits a document)")->capture_default_str();
   prep->add_option("--txt-doc-bytes", opt->txt_doc_bytes,
                    "cut .txt inputs at blank lines into documents of at least this many bytes (default 0: a .txt file is one document)");
+  prep->add_option("--text-column", opt->text_column, "the column of .parquet inputs that holds the text (a top-level string column)")
+      ->capture_default_str();
   prep->add_flag("--force", opt->force, "replace a different preparation already in --out");
   prep->add_option("--preset", opt->preset, preset_help);
   prep->add_option("--threads", opt->threads, "worker threads (default: all cores, or CLOCKLM_THREADS)");
@@ -89,6 +120,16 @@ void register_data_commands(CLI::App& app) {
   insp->add_option("dir", *dir, "dataset folder")->required();
   insp->add_flag("--verify", *verify, "also read every token (ids in range, one BOS per document)");
   insp->callback([dir, verify] { inspect(*dir, *verify); });
+
+  auto inputs = std::make_shared<std::vector<std::string>>();
+  auto column = std::make_shared<std::string>("text");
+  auto threads = std::make_shared<int>(0);
+  CLI::App* count = data->add_subcommand(
+      "count", "Read corpus inputs as prepare does and count their documents, bytes, null texts and malformed lines");
+  count->add_option("--input,-i", *inputs, "files, folders or globs (repeatable)")->required();
+  count->add_option("--text-column", *column, "the column of .parquet inputs that holds the text")->capture_default_str();
+  count->add_option("--threads", *threads, "Parquet row groups decoded at once (default: all cores)");
+  count->callback([inputs, column, threads] { count_documents(*inputs, *column, *threads); });
 }
 
 }  // namespace clm

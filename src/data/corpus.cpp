@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "core/common.h"
+#include "data/parquet.h"
 
 namespace clm {
 
@@ -35,10 +36,11 @@ CorpusFileKind corpus_file_kind(std::string_view path) {
   if (ends_with(path, ".txt")) return {false, Compression::none};
   if (ends_with(path, ".txt.zst")) return {false, Compression::zstd};
   if (ends_with(path, ".txt.gz")) return {false, Compression::gzip};
+  if (is_parquet_path(path)) return {false, Compression::none, true};
   return {false, Compression::unsupported};
 }
 
-static const char* kSupported = ".txt, .jsonl, .jsonl.zst, .jsonl.gz (also .txt.zst, .txt.gz)";
+static const char* kSupported = ".txt, .jsonl, .jsonl.zst, .jsonl.gz, .parquet (also .txt.zst, .txt.gz)";
 
 static bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -516,10 +518,20 @@ void for_each_document(const std::vector<std::string>& files,
                        const CorpusOptions& opt) {
   CorpusStats local;
   CorpusStats& st = stats ? *stats : local;
-  for (const std::string& path : files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i];
     CorpusFileKind k = corpus_file_kind(path);
     if (k.compression == Compression::unsupported)
       fail("input {} has an unsupported extension (supported: {})", path, kSupported);
+    if (k.parquet) {  // a run of Parquet files, decoded row groups ahead in parallel
+      size_t j = i;
+      while (j < files.size() && corpus_file_kind(files[j]).parquet) ++j;
+      std::vector<std::string> run(files.begin() + std::ptrdiff_t(i), files.begin() + std::ptrdiff_t(j));
+      int threads = opt.threads > 0 ? opt.threads : default_threads();
+      if (!for_each_parquet_document(run, opt.text_column, fn, st, threads)) return;
+      i = j - 1;
+      continue;
+    }
     st.files++;
     bool go = k.jsonl ? read_jsonl_file(path, k.compression, fn, st) : read_text_file(path, k.compression, fn, st, opt);
     if (!go) return;

@@ -1,5 +1,6 @@
-// Corpus readers (issue 3): documents from files, folders or globs of .txt, .jsonl (field "text"),
-// .jsonl.zst and .jsonl.gz. A .txt file is one document. Malformed JSON lines are counted.
+// Corpus readers: documents from files, folders or globs of .txt, .jsonl (field "text"),
+// .jsonl.zst, .jsonl.gz and .parquet (one string column, data/parquet.h). A .txt file is one
+// document. Malformed JSON lines and null Parquet texts are counted.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@ namespace clm {
 
 struct CorpusStats {
   int64_t files = 0, documents = 0, bytes = 0, malformed_lines = 0;
+  int64_t null_texts = 0;  // null (missing) values of a Parquet text column, skipped
   std::string first_malformed;                       // "file:line" of the first malformed line
   std::map<std::string, int64_t> malformed_per_file;  // only files with malformed lines
   int64_t input_bytes = 0;  // bytes of the files read so far, as stored (compressed), for progress
@@ -22,6 +24,10 @@ struct CorpusOptions {
   // > 0: cut .txt files at blank lines into documents of at least this many bytes (the pieces
   // concatenate back to the file exactly); 0: a .txt file is one document.
   size_t txt_doc_bytes = 0;
+  // The column of .parquet files that holds the documents (a top-level string column).
+  std::string text_column = "text";
+  // Row groups of .parquet files decoded at once, ahead of the caller; 0: default_threads().
+  int threads = 0;
 };
 
 // Expand files/folders/globs into a sorted list of input files; throws Error if one names nothing.
@@ -38,12 +44,13 @@ void for_each_document(const std::vector<std::string>& files,
 std::vector<std::string_view> cut_at_blank_lines(std::string_view text, size_t min_bytes);
 
 
-// What a corpus file holds, judged by its name: JSON lines or one text document, and how it is
-// compressed. `unsupported` for any other name.
+// What a corpus file holds, judged by its name: JSON lines, Parquet or one text document, and how
+// it is compressed (Parquet compresses inside the file: `none`). `unsupported` for any other name.
 enum class Compression { none, zstd, gzip, unsupported };
 struct CorpusFileKind {
   bool jsonl = false;
   Compression compression = Compression::unsupported;
+  bool parquet = false;
 };
 CorpusFileKind corpus_file_kind(std::string_view path);
 

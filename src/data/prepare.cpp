@@ -212,6 +212,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   if (opt.tokenizer.empty() && (vocab_size < 257 || vocab_size > (1u << 24)))
     fail("prepare: --vocab-size must be between 257 and 16777216, got {}", vocab_size);
   if (opt.tokenizer_max_chars < 1) fail("prepare: --tokenizer-max-chars must be positive");
+  if (opt.text_column.empty()) fail("prepare: --text-column must name a column");
 
   auto say = [&](const std::string& s) {
     if (!opt.quiet) std::fprintf(stderr, "prepare: %s\n", s.c_str());
@@ -223,6 +224,8 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   } else {
     CorpusOptions co;
     co.txt_doc_bytes = size_t(opt.txt_doc_bytes);
+    co.text_column = opt.text_column;
+    co.threads = threads;
     train_src = {expand_inputs(opt.inputs), false, co};
     if (separate_val) val_src = {expand_inputs(opt.val_inputs), false, co};
     for (const auto& f : val_src.files)
@@ -249,6 +252,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
                         {"tokenizer", tok_recipe},
                         {"shard_tokens", opt.shard_tokens},
                         {"txt_doc_bytes", opt.txt_doc_bytes}};
+  if (opt.text_column != "text") key["text_column"] = opt.text_column;  // absent: the default column
 
   // ---- an existing output folder ------------------------------------------------------------
   fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
@@ -494,6 +498,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
 
   // ---- manifest -----------------------------------------------------------------------------
   int64_t malformed = stats[0].malformed_lines + stats[1].malformed_lines;
+  int64_t null_texts = stats[0].null_texts + stats[1].null_texts;
   auto split_json = [&](int s) {
     const SplitWriter& w = writers[s];
     nlohmann::json j = {{"documents", w.documents}, {"bytes", w.bytes},  {"tokens", w.tokens},
@@ -519,12 +524,14 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
         {"tokenizer_max_chars", opt.tokenizer_max_chars},
         {"shard_tokens", opt.shard_tokens},
         {"txt_doc_bytes", opt.txt_doc_bytes},
+        {"text_column", opt.text_column},
         {"threads", threads}}},
       {"inputs", {{"train", train_files}, {"val", val_files}}},
       {"tokenizer", tok_info},
       {"splits", {{"train", split_json(0)}, {"val", split_json(1)}}},
       {"malformed_lines", malformed},
       {"malformed_lines_by_file", malformed_files},
+      {"null_texts", null_texts},
       {"seconds", now_seconds() - t0},
       {"tokenize_seconds", tokenize_seconds}};
   atomic_write((fs::path(tmp.path) / "manifest.json").string(), manifest.dump(2) + "\n");
@@ -545,6 +552,9 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
     std::fprintf(stderr, "prepare: warning: %lld malformed JSON lines were skipped (first at %s); counts per file "
                  "are in manifest.json\n", (long long)malformed,
                  (stats[0].first_malformed.empty() ? stats[1].first_malformed : stats[0].first_malformed).c_str());
+  if (null_texts > 0)
+    std::fprintf(stderr, "prepare: %lld null values of Parquet column '%s' were skipped\n", (long long)null_texts,
+                 opt.text_column.c_str());
   say(fmt::format("wrote {}: train {} docs, {}, {} tokens in {} shards | val {} docs, {}, {} tokens | {:.1f}s",
                   opt.out, writers[0].documents, mb(double(writers[0].bytes)), writers[0].tokens,
                   writers[0].shards.size(), writers[1].documents, mb(double(writers[1].bytes)), writers[1].tokens,

@@ -20,6 +20,7 @@ struct PrepareOptions {
   std::string out;
   uint64_t shard_tokens = 100'000'000;  // tokens per shard (a shard never splits a document)
   uint64_t txt_doc_bytes = 0;           // > 0: cut .txt inputs at blank lines into documents this big
+  std::string text_column = "text";     // the column of .parquet inputs that holds the documents
   bool force = false;                   // replace a different preparation in `out`
   std::string preset;                   // build the corpus from a built-in preset instead of inputs
   int threads = 0;                      // 0: default_threads()
