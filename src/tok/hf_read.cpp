@@ -244,7 +244,8 @@ Tokenizer read(const json& j, const std::string& what, const TokenizerOptions& o
   std::vector<std::array<uint32_t, 3>> all(mj.size());
   std::vector<uint8_t> made(vocab_size, 0);
   for (size_t r = 0; r < mj.size(); ++r) {
-    auto [a, b] = merge_pair(mj[r], r, what);
+    const std::pair<std::string, std::string> ab = merge_pair(mj[r], r, what);
+    const std::string &a = ab.first, &b = ab.second;
     auto id = [&](const std::string& s) {
       auto it = ids.find(s);
       if (it == ids.end()) fail("{}: merge {} ({} {}): {} is not in the vocab", what, r, a, b, json_text(json(s)));

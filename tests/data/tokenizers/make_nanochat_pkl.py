@@ -11,13 +11,17 @@ nanochat_tokenizer.pkl -- a pickled tiktoken.core.Encoding shaped like nanochat'
 nanochat_tokenizer_p3.pkl -- the same pickled at protocol 3.
 nanochat_tokenizer.tiktoken -- the same ranks as a .tiktoken rank file (base64 token, space, rank).
 
+  make_nanochat_pkl.py GPT2_DIR [MERGES PREFIX] writes PREFIX.* with MERGES merges instead (the
+  fuzzers' seeds in fuzz/corpus/ are made so, with 40 merges).
+
 The vocabulary: bytes 0..255 at ranks 0..255 (as nanochat's rustbpe numbers them), then GPT-2's
 first 1744 merges (from GPT-2's encoder.json and vocab.bpe, path given as the first argument),
 then nanochat's nine special tokens."""
 import base64, json, os, pickle, sys, tempfile
 
 gpt2 = sys.argv[1] if len(sys.argv) > 1 else "../../../../shared/data/tokenizers/gpt2"
-N_MERGES = 1744
+N_MERGES = int(sys.argv[2]) if len(sys.argv) > 2 else 1744  # fewer for the fuzzers' seeds
+PREFIX = sys.argv[3] if len(sys.argv) > 3 else "nanochat_tokenizer"
 SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
 SPECIAL_TOKENS = ["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",
                   "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"]
@@ -64,12 +68,12 @@ sys.path.insert(0, stub)
 from tiktoken.core import Encoding  # noqa: E402
 
 enc = Encoding("rustbpe", pat_str=SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens=special)
-with open("nanochat_tokenizer.pkl", "wb") as f:
+with open(PREFIX + ".pkl", "wb") as f:
     pickle.dump(enc, f)
 # The same at protocol 3 (GLOBAL and BINPUT instead of STACK_GLOBAL and MEMOIZE, no FRAME).
-with open("nanochat_tokenizer_p3.pkl", "wb") as f:
+with open(PREFIX + "_p3.pkl", "wb") as f:
     pickle.dump(enc, f, protocol=3)
-with open("nanochat_tokenizer.tiktoken", "w") as f:
+with open(PREFIX + ".tiktoken", "w") as f:
     for tok, r in ranks.items():
         f.write(base64.b64encode(tok).decode() + " " + str(r) + "\n")
-print(f"wrote nanochat_tokenizer.pkl, nanochat_tokenizer_p3.pkl and nanochat_tokenizer.tiktoken: {len(ranks)} tokens, {len(special)} special")
+print(f"wrote {PREFIX}.pkl, {PREFIX}_p3.pkl and {PREFIX}.tiktoken: {len(ranks)} tokens, {len(special)} special")
