@@ -193,6 +193,13 @@ TEST(TokFormats, ClocklmTokenizerExportedAsHfJson) {
   EXPECT_EQ(back.bos_id(), t.bos_id());
   EXPECT_EQ(back.token_bytes(), t.token_bytes());
   run.expect_same(back, "exported tokenizer.json read back");
+  // Split on a literal string: the text between matches, which the pattern does not match, is a
+  // chunk of its own in both.
+  auto j = nlohmann::json::parse(read_file(tj));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", ", "}};
+  atomic_write((run.dir / "string.json").string(), j.dump());
+  ASSERT_TRUE(run_ref("hf " + q((run.dir / "string.json").string()) + " " + run.texts_path() + " " + run.out_path()));
+  run.expect_same(Tokenizer::load((run.dir / "string.json").string()), "Split on a string");
   if (have_gpt2()) {  // GPT-2 exported too
     Tokenizer g = Tokenizer::load(gpt2_dir());
     write_hf_tokenizer(g, (run.dir / "g").string());
