@@ -18,6 +18,8 @@
 #include "exp/sweep.h"
 #include "optim/optim_state.h"
 #include "tok/bpe.h"
+#include "tok/hf_json.h"
+#include "tok/tiktoken.h"
 #include "tok/tokenizer.h"
 
 using namespace clm;
@@ -46,6 +48,21 @@ TEST(FuzzSeeds, TokenizersLoadAndRoundTrip) {
   for (auto& [path, text] : seeds("fuzz_tokenizer_gpt2")) {
     auto files = fuzz::split_files(text, 2);
     Tokenizer t = parse_gpt2(files[0], files[1], path);
+    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+  }
+  for (auto& [path, text] : seeds("fuzz_tokenizer_hf")) {
+    Tokenizer t = parse_hf_tokenizer_text(text, path);
+    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+  }
+  TokenizerOptions rank_opts;
+  rank_opts.pattern = "clocklm";
+  rank_opts.add_bos = "<|bos|>";
+  for (auto& [path, text] : seeds("fuzz_tiktoken")) {
+    Tokenizer t = parse_tiktoken_ranks(text, path, rank_opts);
+    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+  }
+  for (auto& [path, bytes] : seeds("fuzz_tiktoken_pkl")) {
+    Tokenizer t = parse_tiktoken_pickle(bytes, path);
     EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
   }
 }

@@ -47,7 +47,18 @@ size_t ref_utf8_len(const std::string& s, size_t i) {
 
 // findall() of the pattern over valid UTF-8 runs (interpreter, unanchored); invalid-byte runs are
 // chunks of their own.
-std::vector<std::string> ref_split(const std::string& pattern, const std::string& text) {
+// \s means Unicode White_Space (PCRE2's own \s also matches U+180E), spelled out in the two
+// built-in patterns, which hold no escaped backslash.
+std::vector<std::string> ref_split(const std::string& pattern_in, const std::string& text) {
+  std::string pattern;
+  for (size_t i = 0; i < pattern_in.size(); ++i) {
+    if (pattern_in[i] == '\\' && i + 1 < pattern_in.size() && (pattern_in[i + 1] == 's' || pattern_in[i + 1] == 'S')) {
+      pattern += pattern_in[i + 1] == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+      ++i;
+    } else {
+      pattern += pattern_in[i];
+    }
+  }
   int err;
   PCRE2_SIZE off;
   pcre2_code* re = pcre2_compile((PCRE2_SPTR)pattern.c_str(), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);

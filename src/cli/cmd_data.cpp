@@ -11,6 +11,7 @@
 #include "core/common.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
+#include "cli/tokenizer_args.h"
 #include "data/prepare.h"
 #include "data/preset.h"
 
@@ -91,7 +92,11 @@ void register_data_commands(CLI::App& app) {
   prep->add_option("--val-fraction", opt->val_fraction,
                    "hold out this fraction of documents for validation, chosen by a hash of their content (default 0.01; presets set their own)");
   prep->add_option("--vocab-size", opt->vocab_size, "train a BPE tokenizer with this many tokens (default 32768; presets set their own)");
-  prep->add_option("--tokenizer", opt->tokenizer, "use this tokenizer (clocklm file or folder, or a GPT-2 folder with encoder.json + vocab.bpe)");
+  prep->add_option("--tokenizer", opt->tokenizer,
+                   "use this tokenizer: clocklm or Hugging Face tokenizer.json, .tiktoken, tokenizer.pkl, or a folder "
+                   "holding one (or GPT-2's encoder.json + vocab.bpe)");
+  auto tok_args = std::make_shared<TokenizerArgs>();
+  add_tokenizer_args(prep, *tok_args);
   prep->add_option("--tokenizer-max-chars", opt->tokenizer_max_chars, "train the tokenizer on at most this many bytes of training text")
       ->capture_default_str();
   prep->add_option("--out,-o", opt->out, "output folder")->required();
@@ -104,7 +109,8 @@ void register_data_commands(CLI::App& app) {
   prep->add_option("--preset", opt->preset, preset_help);
   prep->add_option("--threads", opt->threads, "worker threads (default: all cores, or CLOCKLM_THREADS)");
   prep->add_flag("--quiet,-q", opt->quiet, "no progress output");
-  prep->callback([opt] {
+  prep->callback([opt, tok_args] {
+    opt->tokenizer_options = tok_args->options();
     if (opt->threads > 0) {
       setenv("CLOCKLM_THREADS", std::to_string(opt->threads).c_str(), 1);
       omp_set_num_threads(opt->threads);

@@ -1,5 +1,6 @@
-// `clocklm tokenizer train|encode|decode|info`: train a byte-level BPE on text files, turn text on
-// stdin into space-separated ids on stdout and back, and describe a tokenizer.
+// `clocklm tokenizer train|encode|decode|info|export`: train a byte-level BPE on text files, turn
+// text on stdin into space-separated ids on stdout and back, describe a tokenizer, and write one
+// in clocklm's or Hugging Face's format.
 #include <algorithm>
 #include <cctype>
 #include <sys/stat.h>
@@ -13,7 +14,9 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "cli/tokenizer_args.h"
 #include "data/corpus.h"
+#include "tok/hf_json.h"
 #include "tok/tokenizer.h"
 #include "tok/train.h"
 
@@ -58,7 +61,10 @@ static void write_stdout(std::string_view s) {
 }
 
 void register_tokenizer_commands(CLI::App& app) {
-  auto* tok = app.add_subcommand("tokenizer", "Train, apply and inspect byte-level BPE tokenizers");
+  auto* tok = app.add_subcommand("tokenizer", "Train, apply, inspect and convert byte-level BPE tokenizers");
+  const char* tok_help =
+      "Tokenizer: clocklm or Hugging Face tokenizer.json, .tiktoken, tokenizer.pkl, or a folder holding one (or GPT-2's "
+      "encoder.json + vocab.bpe)";
   tok->require_subcommand(1);
 
   // train
@@ -107,11 +113,12 @@ void register_tokenizer_commands(CLI::App& app) {
 
   // encode
   auto enc_path = std::make_shared<std::string>();
+  auto enc_args = std::make_shared<TokenizerArgs>();
   auto* encode = tok->add_subcommand("encode", "Text on stdin -> space-separated token ids on stdout");
-  encode->add_option("--tokenizer", *enc_path, "Tokenizer file, or folder with tokenizer.json or GPT-2 files")
-      ->required();
-  encode->callback([enc_path] {
-    Tokenizer t = Tokenizer::load(*enc_path);
+  encode->add_option("--tokenizer", *enc_path, tok_help)->required();
+  add_tokenizer_args(encode, *enc_args);
+  encode->callback([enc_path, enc_args] {
+    Tokenizer t = Tokenizer::load(*enc_path, enc_args->options());
     std::string text = read_stdin();
     std::vector<uint32_t> ids = t.encode(text);
     std::string out;
@@ -127,11 +134,12 @@ void register_tokenizer_commands(CLI::App& app) {
 
   // decode
   auto dec_path = std::make_shared<std::string>();
+  auto dec_args = std::make_shared<TokenizerArgs>();
   auto* decode = tok->add_subcommand("decode", "Space-separated token ids on stdin -> text on stdout");
-  decode->add_option("--tokenizer", *dec_path, "Tokenizer file, or folder with tokenizer.json or GPT-2 files")
-      ->required();
-  decode->callback([dec_path] {
-    Tokenizer t = Tokenizer::load(*dec_path);
+  decode->add_option("--tokenizer", *dec_path, tok_help)->required();
+  add_tokenizer_args(decode, *dec_args);
+  decode->callback([dec_path, dec_args] {
+    Tokenizer t = Tokenizer::load(*dec_path, dec_args->options());
     std::string text = read_stdin();
     std::vector<uint32_t> ids;
     size_t i = 0, n = text.size();
@@ -155,15 +163,39 @@ void register_tokenizer_commands(CLI::App& app) {
 
   // info
   auto info_path = std::make_shared<std::string>();
-  auto* info = tok->add_subcommand("info", "Describe a tokenizer (vocab size, BOS, special tokens, hash)");
-  info->add_option("--tokenizer", *info_path, "Tokenizer file, or folder with tokenizer.json or GPT-2 files")
-      ->required();
-  info->callback([info_path] {
-    Tokenizer t = Tokenizer::load(*info_path);
-    uint32_t n_special = 0;
-    for (uint32_t b : t.token_bytes()) n_special += b == 0;
-    fmt::print("vocab_size {}\nbos_id {} {}\nspecial_tokens {}\nhash {}\n", t.vocab_size(), t.bos_id(),
-               t.decode({t.bos_id()}), n_special, t.hash());
+  auto info_args = std::make_shared<TokenizerArgs>();
+  auto* info = tok->add_subcommand("info", "Describe a tokenizer (kind, vocab size, BOS, special tokens, hash)");
+  info->add_option("--tokenizer", *info_path, tok_help)->required();
+  add_tokenizer_args(info, *info_args);
+  info->callback([info_path, info_args] {
+    Tokenizer t = Tokenizer::load(*info_path, info_args->options());
+    fmt::print("kind {}\nvocab_size {}\nbos_id {} {}\nspecial_tokens {}\nhash {}\n", t.kind(), t.vocab_size(),
+               t.bos_id(), t.bos_name(), t.special_tokens().size(), t.hash());
+  });
+
+  // export
+  struct ExportArgs {
+    std::string path, format = "hf", out;
+    TokenizerArgs load;
+  };
+  auto ea = std::make_shared<ExportArgs>();
+  auto* exp = tok->add_subcommand("export", "Write a tokenizer as Hugging Face tokenizer.json (+ tokenizer_config.json) "
+                                            "or clocklm's tokenizer.json");
+  exp->add_option("--tokenizer", ea->path, tok_help)->required();
+  exp->add_option("--format", ea->format, "hf or clocklm")->capture_default_str();
+  exp->add_option("--out", ea->out, "Output folder")->required();
+  add_tokenizer_args(exp, ea->load);
+  exp->callback([ea] {
+    if (ea->format != "hf" && ea->format != "clocklm") fail("tokenizer export: --format must be hf or clocklm");
+    Tokenizer t = Tokenizer::load(ea->path, ea->load.options());
+    if (ea->format == "hf") {
+      write_hf_tokenizer(t, ea->out);
+    } else {
+      make_dirs(ea->out);
+      t.save((fs::path(ea->out) / "tokenizer.json").string());
+    }
+    fmt::print("wrote {} tokenizer.json to {} (vocab size {}, bos {} {})\n", ea->format, ea->out, t.vocab_size(),
+               t.bos_id(), t.bos_name());
   });
 }
 

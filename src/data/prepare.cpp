@@ -110,6 +110,12 @@ std::string iso_now() {
   return buf;
 }
 
+nlohmann::json tokenizer_options_json(const TokenizerOptions& o) {
+  nlohmann::json specials = nlohmann::json::array();
+  for (auto& [name, id] : o.specials) specials.push_back({name, id});
+  return {{"pattern", o.pattern}, {"special", specials}, {"bos", o.bos}, {"add_bos", o.add_bos}};
+}
+
 std::string mb(double bytes) { return fmt::format("{:.1f} MB", bytes / 1e6); }
 
 // Removes the temp folder unless released (on success it has been renamed into place).
@@ -203,6 +209,9 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   if (!opt.tokenizer.empty() && opt.vocab_size != 0)
     fail("prepare: --tokenizer and --vocab-size cannot be combined (the tokenizer fixes the vocabulary)");
   if (opt.shard_tokens < 1) fail("prepare: --shard-tokens must be positive");
+  const TokenizerOptions& to = opt.tokenizer_options;
+  if (opt.tokenizer.empty() && (!to.pattern.empty() || !to.specials.empty() || !to.bos.empty() || !to.add_bos.empty()))
+    fail("prepare: --pattern, --special, --bos and --add-bos apply to a given --tokenizer");
   const bool separate_val = !opt.val_inputs.empty();
   const double val_fraction =
       separate_val ? 0.0 : opt.val_fraction >= 0 ? opt.val_fraction : preset ? preset->val_fraction : 0.01;
@@ -239,7 +248,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   Tokenizer given;
   nlohmann::json tok_recipe;
   if (!opt.tokenizer.empty()) {
-    given = Tokenizer::load(opt.tokenizer);
+    given = Tokenizer::load(opt.tokenizer, opt.tokenizer_options);
     tok_recipe = {{"given", given.hash()}};
   } else {
     tok_recipe = {{"train", {{"vocab_size", vocab_size}, {"max_chars", opt.tokenizer_max_chars}}}};
@@ -317,7 +326,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   nlohmann::json tok_info;
   if (!opt.tokenizer.empty()) {
     tok = given;
-    tok_info = {{"source", opt.tokenizer}};
+    tok_info = {{"source", opt.tokenizer}, {"path", fs::absolute(opt.tokenizer).lexically_normal().string()}};
     say(fmt::format("tokenizer {} (vocab {}, hash {})", opt.tokenizer, tok.vocab_size(), tok.hash()));
   } else {
     double ts = now_seconds();
@@ -364,8 +373,10 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   tok.save((fs::path(tmp.path) / "tokenizer.json").string());
   tok_info["file"] = "tokenizer.json";
   tok_info["hash"] = tok.hash();
+  tok_info["kind"] = tok.kind();
   tok_info["vocab_size"] = tok.vocab_size();
   tok_info["bos_id"] = tok.bos_id();
+  tok_info["bos"] = tok.bos_name();
 
   // ---- tokenize into shards -------------------------------------------------------------------
   SplitWriter writers[2] = {{tmp.path, "train", tok.vocab_size(), tok.bos_id(), opt.shard_tokens},
@@ -521,6 +532,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
         {"val_fraction", separate_val ? nlohmann::json(nullptr) : nlohmann::json(val_fraction)},
         {"vocab_size", opt.tokenizer.empty() ? nlohmann::json(vocab_size) : nlohmann::json(nullptr)},
         {"tokenizer", opt.tokenizer},
+        {"tokenizer_options", tokenizer_options_json(to)},
         {"tokenizer_max_chars", opt.tokenizer_max_chars},
         {"shard_tokens", opt.shard_tokens},
         {"txt_doc_bytes", opt.txt_doc_bytes},

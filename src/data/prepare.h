@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tok/tokenizer.h"
+
 namespace clm {
 
 struct PrepareOptions {
@@ -15,7 +17,8 @@ struct PrepareOptions {
   std::vector<std::string> val_inputs;  // separate validation text; else a held-out fraction
   double val_fraction = -1;             // < 0: default (1%, or the preset's)
   uint32_t vocab_size = 0;              // train a tokenizer of this size; 0: 32768 (or the preset's)
-  std::string tokenizer;                // use this tokenizer (file or folder, GPT-2 folder too)
+  std::string tokenizer;                // use this tokenizer (any format Tokenizer::load reads)
+  TokenizerOptions tokenizer_options;   // how to read it (--pattern, --special, --bos, --add-bos)
   int64_t tokenizer_max_chars = 1'000'000'000;  // train the tokenizer on at most this much text
   std::string out;
   uint64_t shard_tokens = 100'000'000;  // tokens per shard (a shard never splits a document)

@@ -1,6 +1,7 @@
-// Internals of the byte-level BPE shared by the encoder (tokenizer.cpp), the GPT-2 loader
-// (gpt2.cpp) and the trainer (train.cpp): the pre-split regexes, a flat pair->rank hash map,
-// the definition of TokenizerImpl and a tiny parallel-for. Not part of the public interface.
+// Internals of the byte-level BPE shared by the encoder (tokenizer.cpp), the loaders of other
+// formats (gpt2.cpp, hf_read.cpp, tiktoken.cpp) and the trainer (train.cpp): the pre-split
+// regexes, a flat pair->rank hash map, the definition of TokenizerImpl and a tiny parallel-for.
+// Not part of the public interface.
 #pragma once
 #include <array>
 #include <atomic>
@@ -51,8 +52,24 @@ inline int utf8_seq_len(const uint8_t* s, size_t n) {
   return 0;
 }
 
-// The compiled pre-split regex (PCRE2, UTF + UCP, anchored, JIT-compiled). Immutable and shared
-// by all threads; each thread brings its own SplitScratch.
+// The pattern as PCRE2 compiles it: `\s` and `\S` become \p{White_Space} and \P{White_Space}, the
+// definition of Rust's regex, Oniguruma, JavaScript's \p{White_Space} and Python's `regex` (PCRE2's
+// own \s also matches U+180E).
+std::string pcre2_pattern_of(const std::string& pattern);
+
+inline bool valid_utf8(std::string_view s) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    int l = utf8_seq_len(p + i, s.size() - i);
+    if (!l) return false;
+    i += size_t(l);
+  }
+  return true;
+}
+
+// The compiled pre-split regex (PCRE2, UTF + UCP, anchored, JIT-compiled), plus an unanchored copy
+// that finds the next match where the anchored one fails. Immutable and shared by all threads;
+// each thread brings its own SplitScratch.
 struct PreSplitter {
   explicit PreSplitter(const std::string& pattern, bool allow_fast_path = true);
   ~PreSplitter();
@@ -60,7 +77,9 @@ struct PreSplitter {
   PreSplitter& operator=(const PreSplitter&) = delete;
 
   pcre2_code* code = nullptr;
-  bool jit = false;
+  pcre2_code* search = nullptr;  // unanchored
+  bool jit = false, search_jit = false;
+  size_t min_length = 0;         // PCRE2's lower bound on a match's length (0: may match empty)
   // True for the two built-in patterns: no match ever continues past a '\n' into a following
   // printable ASCII character, so text may be cut right there and split/encoded piecewise with an
   // identical result (used to parallelise one large document).
@@ -195,9 +214,14 @@ inline size_t fast_gpt2(const uint8_t* s, size_t n, size_t i) {
 
 [[noreturn]] void split_error(int rc);
 
-// Match the regex over one piece of valid UTF-8, calling fn(chunk) for consecutive chunks. Where
-// the pattern matches nothing (or only the empty string) one character becomes a chunk, so the
-// chunks always cover the text.
+// End of the text the pattern does not match from `pos` on: the start of the next match (found by
+// the unanchored regex) or the end of the subject.
+size_t next_match_start(SplitScratch& sc, const uint8_t* subj, size_t n, size_t pos);
+
+// Match the regex over one piece of valid UTF-8, calling fn(chunk) for consecutive chunks. Text
+// before the next match, where the pattern does not match, is a chunk of its own (as Hugging
+// Face's Split does); where it matches only the empty string, one character is. So the chunks
+// always cover the text.
 template <class F>
 void split_valid(SplitScratch& sc, std::string_view text, F&& fn) {
   const PCRE2_SPTR subj = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -217,6 +241,7 @@ void split_valid(SplitScratch& sc, std::string_view text, F&& fn) {
     size_t end = pos;
     if (rc > 0) end = ov[1];
     else if (rc != PCRE2_ERROR_NOMATCH) split_error(rc);
+    else end = next_match_start(sc, subj, n, pos);
     if (end <= pos) {
       int l = utf8_seq_len(subj + pos, n - pos);
       end = pos + size_t(l ? l : 1);
@@ -295,11 +320,44 @@ struct PairMap {
   }
 };
 
+// Everything that defines a tokenizer; build_tokenizer derives the rest.
+struct TokenizerParts {
+  std::string pattern;
+  uint32_t byte_id[256] = {};                   // id of each single byte
+  std::vector<std::array<uint32_t, 3>> merges;  // in rank order: {left, right, new id}
+  // Rank of each merge where it is not its index (tiktoken: the rank of the merged token, shared
+  // by every pair that spells it); empty: merge r has rank r. Non-decreasing.
+  std::vector<uint32_t> merge_rank;
+  std::vector<std::pair<std::string, uint32_t>> specials;  // name, id
+  // Ids that are neither a byte, a merge result nor special: tokens of the vocabulary that the
+  // merges never build (reachable only through ignore_merges). Id and bytes.
+  std::vector<std::pair<uint32_t, std::string>> tokens;
+  bool ignore_merges = false;  // a pre-split chunk that is itself a token encodes as that token
+  uint32_t bos = 0;
+  uint32_t vocab_size = 0;
+  // "bpe" (trained by clocklm), "gpt2" (GPT-2's files), "hf" (tokenizer.json), "tiktoken". The
+  // first two are checked strictly: every id is defined once, and a merge uses only ids defined
+  // before it. The others may define a token by several merges, rank merges out of order and
+  // hold tokens no merge builds, as those formats allow.
+  std::string kind = "bpe";
+};
+
+// Bytes -> id of the non-special tokens, for ignore_merges (open addressing over ids).
+struct WholeTokenMap {
+  std::vector<uint32_t> slots;  // id + 1; 0: empty
+  size_t mask = 0;
+  void build(const std::vector<std::string>& vocab, const std::vector<uint8_t>& special);
+  // Sets id to the token whose bytes are exactly s; false if there is none.
+  bool find(std::string_view s, const std::vector<std::string>& vocab, uint32_t& id) const;
+};
+
 struct TokenizerImpl {
   std::string pattern;
   std::unique_ptr<PreSplitter> splitter;
   uint32_t byte_id[256];                 // id of each single byte
   std::vector<std::array<uint32_t, 3>> merges;  // rank order: {left, right, new id}
+  std::vector<uint32_t> merge_rank;      // see TokenizerParts
+  std::vector<std::pair<uint32_t, std::string>> tokens;  // see TokenizerParts
   PairMap ranks;                         // pair -> (rank << 32) | new id
   std::vector<std::string> vocab;        // bytes of every id (a special token: its name)
   std::vector<uint8_t> special;          // 1 for special tokens
@@ -307,7 +365,12 @@ struct TokenizerImpl {
   uint32_t bos = 0;
   std::vector<uint32_t> token_bytes;
   std::string hash;
-  std::string kind = "bpe";              // "bpe" (clocklm-trained) or "gpt2" (loaded from GPT-2 files)
+  std::string kind = "bpe";              // see TokenizerParts
+  bool ignore_merges = false;            // see TokenizerParts
+  WholeTokenMap whole;                   // filled when ignore_merges
+  // No merge creates a pair ranked below itself (true for the strict kinds): merging every
+  // occurrence of the best pair in one pass then equals merging the leftmost one at a time.
+  bool ordered = true;
 
   // Write the BPE ids of one pre-split chunk to out (room for chunk.size() ids); returns the count.
   size_t encode_chunk(std::string_view chunk, uint32_t* out) const;
@@ -317,14 +380,30 @@ struct TokenizerImpl {
   void encode_into(Worker& w, std::string_view text, std::vector<uint32_t>& out) const;
   // JSON text of the clocklm format (canonical: the hash is computed over it).
   std::string to_json() const;
+  // The parts this tokenizer was built from.
+  TokenizerParts parts() const;
 };
 
 // Build a Tokenizer from its parts: fills the derived tables (ranks, vocab, token_bytes, hash),
-// checking that every merge uses ids defined before it. Throws Error naming `what` on bad input.
-Tokenizer build_tokenizer(std::string pattern, const uint32_t byte_id[256],
-                          std::vector<std::array<uint32_t, 3>> merges,
-                          std::vector<std::pair<std::string, uint32_t>> specials, uint32_t bos,
-                          uint32_t vocab_size, const std::string& kind, const std::string& what);
+// checking the parts as their kind requires (see TokenizerParts::kind). Throws Error naming
+// `what` on bad input.
+Tokenizer build_tokenizer(TokenizerParts p, const std::string& what);
+
+// Most ids a vocabulary may have: ids are stored as uint32 and shards hold at most 4-byte tokens,
+// but no real vocabulary comes near this, so a larger count is a corrupt file.
+inline constexpr uint32_t kMaxVocab = uint32_t(1) << 24;
+
+// Ids below the vocabulary size that a loaded vocabulary leaves undefined become special tokens
+// named <|unused_ID|> (tiktoken's cl100k_base has such gaps), at most this many.
+inline constexpr uint32_t kMaxUnusedIds = 1u << 16;
+void fill_unused_ids(TokenizerParts& p, const std::vector<uint8_t>& defined, const std::string& what);
+
+// The document separator of a loaded vocabulary and the --bos / --add-bos options (see
+// docs/TOKENIZER.md): `preferred` names a token the format itself puts before every text, if any.
+void choose_bos(TokenizerParts& p, const TokenizerOptions& opt, const std::string& preferred,
+                const std::string& what);
+// Apply --bos / --add-bos to a tokenizer that already has a document separator.
+Tokenizer apply_bos_options(Tokenizer t, const TokenizerOptions& opt, const std::string& what);
 
 // GPT-2's encoder.json + vocab.bpe from a folder.
 Tokenizer load_gpt2(const std::string& dir);

@@ -8,33 +8,9 @@
 
 #include "core/common.h"
 #include "tok/bpe.h"
+#include "tok/byte_level.h"
 
 namespace clm {
-
-// GPT-2 shows every byte as a printable code point: bytes that are printable in Latin-1 ('!'..'~',
-// '¡'..'¬', '®'..'ÿ') stand for themselves, the other 68 map to U+0100.. in byte order.
-static void gpt2_byte_codepoints(uint32_t cp[256]) {
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    cp[b] = printable ? uint32_t(b) : uint32_t(256 + n++);
-  }
-}
-
-static std::string utf8_of(uint32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += char(c);
-  } else if (c < 0x800) {
-    s += char(0xC0 | (c >> 6));
-    s += char(0x80 | (c & 0x3F));
-  } else {
-    s += char(0xE0 | (c >> 12));
-    s += char(0x80 | ((c >> 6) & 0x3F));
-    s += char(0x80 | (c & 0x3F));
-  }
-  return s;
-}
 
 Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, const std::string& dir) {
   namespace fs = std::filesystem;
@@ -64,8 +40,9 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   };
 
   uint32_t cp[256];
-  gpt2_byte_codepoints(cp);
-  uint32_t byte_id[256];
+  byte_level_codepoints(cp);
+  TokenizerParts p;
+  uint32_t* byte_id = p.byte_id;
   std::vector<uint8_t> used(n_ids, 0);
   for (int b = 0; b < 256; ++b) {
     auto it = ids.find(utf8_of(cp[b]));
@@ -100,8 +77,13 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   std::sort(specials.begin(), specials.end(), [](auto& x, auto& y) { return x.second < y.second; });
   auto eot = ids.find("<|endoftext|>");
   if (eot == ids.end()) fail("malformed {}: no <|endoftext|> token", enc_path);
-  return build_tokenizer(kGpt2Pattern, byte_id, std::move(merges), std::move(specials), eot->second,
-                         uint32_t(ids.size()), "gpt2", dir);
+  p.pattern = kGpt2Pattern;
+  p.merges = std::move(merges);
+  p.specials = std::move(specials);
+  p.bos = eot->second;
+  p.vocab_size = uint32_t(ids.size());
+  p.kind = "gpt2";
+  return build_tokenizer(std::move(p), dir);
 }
 
 Tokenizer load_gpt2(const std::string& dir) {

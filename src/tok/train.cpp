@@ -315,17 +315,19 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
   }
 
   // 6. The tokenizer: bytes 0..255, merges 256.., then the special tokens.
-  uint32_t byte_id[256];
-  for (int b = 0; b < 256; ++b) byte_id[b] = uint32_t(b);
+  TokenizerParts p;
+  for (int b = 0; b < 256; ++b) p.byte_id[b] = uint32_t(b);
   const uint32_t first_special = uint32_t(256 + merges.size());
-  std::vector<std::pair<std::string, uint32_t>> specials;
-  uint32_t bos = first_special;
+  p.bos = first_special;
   for (uint32_t k = 0; k < n_special; ++k) {
-    specials.emplace_back(special_names[k], first_special + k);
-    if (special_names[k] == "<|bos|>") bos = first_special + k;
+    p.specials.emplace_back(special_names[k], first_special + k);
+    if (special_names[k] == "<|bos|>") p.bos = first_special + k;
   }
-  return build_tokenizer(kGpt4Pattern, byte_id, std::move(merges), std::move(specials), bos,
-                         first_special + n_special, "bpe", "trained tokenizer");
+  p.pattern = kGpt4Pattern;
+  p.merges = std::move(merges);
+  p.vocab_size = first_special + n_special;
+  p.kind = "bpe";
+  return build_tokenizer(std::move(p), "trained tokenizer");
 }
 
 }  // namespace clm
