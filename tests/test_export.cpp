@@ -51,6 +51,31 @@ const std::string& python_with_torch() {
 
 std::string torch_script() { return python_with_torch() + " " + (kSource / "python" / "clocklm_torch.py").string(); }
 
+// The Hugging Face tokenizer files of an hf export, loaded by @huggingface/tokenizers (through
+// tests/clients/tokenizer_ref.mjs), give the ids of the run's own tokenizer. Says why, and checks
+// nothing, where node or the package is missing.
+void expect_hf_tokenizer_encodes_as(const std::string& hf_dir, const Tokenizer& tok) {
+  if (run_cmd("node --version").status != 0 ||
+      !fs::exists(kSource / "tests/clients/node_modules/@huggingface/tokenizers/package.json")) {
+    std::printf("hf tokenizer not checked: node or tests/clients' @huggingface/tokenizers is missing\n");
+    return;
+  }
+  const std::vector<std::string> texts = {"The quick brown fox, 1234 times.", "  indented\n\n\tcode() {}",
+                                          "caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80", ""};
+  const fs::path in = fs::path(hf_dir).parent_path() / "hf_texts.json";
+  const fs::path got = fs::path(hf_dir).parent_path() / "hf_ids.json";
+  atomic_write(in.string(), nlohmann::json(texts).dump());
+  auto r = run_cmd("node " + (kSource / "tests/clients/tokenizer_ref.mjs").string() + " hf " + hf_dir +
+                   "/tokenizer.json " + in.string() + " " + got.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto ids = nlohmann::json::parse(read_file(got.string()));
+  ASSERT_EQ(ids.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<uint32_t> want = tok.encode(texts[i]);
+    EXPECT_EQ(ids[i].get<std::vector<uint32_t>>(), want) << "text " << i;
+  }
+}
+
 std::vector<float> read_floats(const std::string& path) {
   std::string b = read_file(path);
   std::vector<float> v(b.size() / 4);
@@ -294,6 +319,7 @@ TEST(ExportHf, NanochatLayoutComputesClocklmsLogitsAndRefusesWhatItCannot) {
     ASSERT_EQ(run_clocklm("eval logits --checkpoint " + run + " --input " + ids + " --out " + ref, &out), 0) << out;
     const std::string hf = (dir / (name + "_hf")).string();
     ASSERT_EQ(run_clocklm("export --checkpoint " + run + " --format hf --out " + hf, &out), 0) << out;
+    expect_hf_tokenizer_encodes_as(hf, tok);
     auto r = run_cmd(python_with_torch() + " " + (kSource / "tests" / "export" / "check_hf_nanochat.py").string() + " " +
                      hf + " --input " + ids + " --logits " + ref + " --tol 1e-4");
     EXPECT_EQ(r.status, 0) << r.out;

@@ -58,7 +58,9 @@ void expect_round_trips(const Tokenizer& t) {
   for (const auto& s : round_trip_cases()) {
     auto ids = t.encode(s);
     EXPECT_EQ(t.decode(ids), s) << "round trip failed for a case of " << s.size() << " bytes";
-    if (s.empty()) EXPECT_TRUE(ids.empty());
+    if (s.empty()) {
+      EXPECT_TRUE(ids.empty());
+    }
     for (uint32_t id : ids) ASSERT_LT(id, t.vocab_size());
   }
 }

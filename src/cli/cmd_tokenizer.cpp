@@ -26,8 +26,10 @@ namespace fs = std::filesystem;
 
 // Training documents from files, folders or globs (the shared corpus reader), up to max_chars bytes.
 static void read_training_text(const std::vector<std::string>& inputs, int64_t max_chars,
-                               std::vector<std::string>& docs, int64_t& bytes) {
+                               const std::string& text_column, std::vector<std::string>& docs, int64_t& bytes) {
   std::vector<std::string> files = expand_inputs(inputs);
+  CorpusOptions opt;
+  opt.text_column = text_column;
   CorpusStats stats;
   bytes = 0;
   for_each_document(
@@ -38,7 +40,7 @@ static void read_training_text(const std::vector<std::string>& inputs, int64_t m
         docs.emplace_back(doc);
         return bytes < max_chars;
       },
-      &stats);
+      &stats, opt);
   if (stats.malformed_lines > 0)
     fmt::print(stderr, "tokenizer: skipped {} malformed JSON lines (first at {})\n", stats.malformed_lines,
                stats.first_malformed);
@@ -73,12 +75,15 @@ void register_tokenizer_commands(CLI::App& app) {
     uint32_t vocab_size = 32768;
     int64_t max_chars = 2'000'000'000;
     std::string out;
+    std::string text_column = "text";
     int threads = 0;
   };
   auto ta = std::make_shared<TrainArgs>();
   auto* train = tok->add_subcommand("train", "Learn a byte-level BPE (GPT-4-style pre-split) from text");
-  train->add_option("--input", ta->inputs, "Files, folders or globs of .txt, .jsonl, .jsonl.zst, .jsonl.gz")
+  train->add_option("--input", ta->inputs, "Files, folders or globs of .txt, .jsonl, .jsonl.zst, .jsonl.gz, .parquet")
       ->required();
+  train->add_option("--text-column", ta->text_column, "The column of .parquet inputs that holds the text")
+      ->capture_default_str();
   train->add_option("--vocab-size", ta->vocab_size, "Vocabulary size including 8 special tokens")
       ->capture_default_str();
   train->add_option("--max-chars", ta->max_chars, "Use at most this many bytes of training text")
@@ -89,7 +94,7 @@ void register_tokenizer_commands(CLI::App& app) {
     double t0 = now_seconds();
     std::vector<std::string> docs;
     int64_t bytes = 0;
-    read_training_text(ta->inputs, ta->max_chars, docs, bytes);
+    read_training_text(ta->inputs, ta->max_chars, ta->text_column, docs, bytes);
     double t1 = now_seconds();
     std::vector<std::string_view> views(docs.begin(), docs.end());
     BpeTrainOptions opt;

@@ -39,10 +39,7 @@ void read_struct_list(ThriftReader& r, uint8_t type, F&& item) {
 SchemaElement read_schema_element(ThriftReader& r) {
   SchemaElement s;
   bool named = false;
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: s.type = r.read_i32(t); break;
       case 3: s.repetition = r.read_i32(t); break;
@@ -50,7 +47,7 @@ SchemaElement read_schema_element(ThriftReader& r) {
       case 5: s.num_children = r.read_i32(t); break;
       default: r.skip(t);
     }
-  }
+  });
   // Required fields are checked as each element ends, so that a run of empty structs cannot
   // make many elements out of few bytes.
   if (!named) r.error("schema element without a name");
@@ -58,10 +55,7 @@ SchemaElement read_schema_element(ThriftReader& r) {
 }
 
 void read_column_meta(ThriftReader& r, ColumnChunk& c) {
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: c.type = r.read_i32(t); break;
       case 3: {
@@ -77,15 +71,12 @@ void read_column_meta(ThriftReader& r, ColumnChunk& c) {
       case 11: c.dictionary_page_offset = r.read_int(t); break;
       default: r.skip(t);
     }
-  }
+  });
 }
 
 ColumnChunk read_column_chunk(ThriftReader& r) {
   ColumnChunk c;
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: c.external = true; r.skip(t); break;
       case 3:
@@ -96,32 +87,26 @@ ColumnChunk read_column_chunk(ThriftReader& r) {
       case 9: c.encrypted = true; r.skip(t); break;
       default: r.skip(t);
     }
-  }
+  });
   if (c.type < 0 && !c.encrypted) r.error("column chunk without metadata");
   return c;
 }
 
 RowGroup read_row_group(ThriftReader& r) {
   RowGroup g;
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: read_struct_list(r, t, [&](ThriftReader& rr) { g.columns.push_back(read_column_chunk(rr)); }); break;
       case 3: g.num_rows = r.read_int(t); break;
       default: r.skip(t);
     }
-  }
+  });
   if (g.num_rows < 0) r.error("row group without a row count");
   return g;
 }
 
 void read_data_page_v1(ThriftReader& r, PageHeader& h) {
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: h.num_values = r.read_i32(t); break;
       case 2: h.encoding = r.read_i32(t); break;
@@ -129,14 +114,11 @@ void read_data_page_v1(ThriftReader& r, PageHeader& h) {
       case 4: h.rep_encoding = r.read_i32(t); break;
       default: r.skip(t);
     }
-  }
+  });
 }
 
 void read_data_page_v2(ThriftReader& r, PageHeader& h) {
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: h.num_values = r.read_i32(t); break;
       case 4: h.encoding = r.read_i32(t); break;
@@ -145,20 +127,17 @@ void read_data_page_v2(ThriftReader& r, PageHeader& h) {
       case 7: h.v2_compressed = r.read_bool(t); break;
       default: r.skip(t);
     }
-  }
+  });
 }
 
 void read_dictionary_page(ThriftReader& r, PageHeader& h) {
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 1: h.num_values = r.read_i32(t); break;
       case 2: h.encoding = r.read_i32(t); break;
       default: r.skip(t);
     }
-  }
+  });
 }
 
 }  // namespace
@@ -166,10 +145,7 @@ void read_dictionary_page(ThriftReader& r, PageHeader& h) {
 FileMetaData parse_file_metadata(const uint8_t* data, size_t size, const std::string& what) {
   ThriftReader r(data, size, what);
   FileMetaData m;
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     switch (id) {
       case 2: read_struct_list(r, t, [&](ThriftReader& rr) { m.schema.push_back(read_schema_element(rr)); }); break;
       case 3: m.num_rows = r.read_int(t); break;
@@ -177,17 +153,14 @@ FileMetaData parse_file_metadata(const uint8_t* data, size_t size, const std::st
       case 8: m.encrypted = true; r.skip(t); break;
       default: r.skip(t);
     }
-  }
+  });
   return m;
 }
 
 PageHeader parse_page_header(const uint8_t* data, size_t size, const std::string& what) {
   ThriftReader r(data, size, what);
   PageHeader h;
-  int16_t id;
-  uint8_t t;
-  r.begin_struct();
-  while (r.next_field(id, t)) {
+  r.read_struct([&](int16_t id, uint8_t t) {
     auto sub = [&](void (*fn)(ThriftReader&, PageHeader&)) {
       if (t != thrift::kStruct) r.error("page header part is not a struct");
       fn(r, h);
@@ -201,7 +174,7 @@ PageHeader parse_page_header(const uint8_t* data, size_t size, const std::string
       case 8: sub(read_data_page_v2); break;
       default: r.skip(t);
     }
-  }
+  });
   h.header_bytes = r.position();
   return h;
 }

@@ -229,7 +229,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
 
   DocSource train_src, val_src;
   if (preset) {
-    train_src = {preset_files(preset->name), true};
+    train_src = {preset_files(preset->name), true, CorpusOptions{}};
   } else {
     CorpusOptions co;
     co.txt_doc_bytes = size_t(opt.txt_doc_bytes);

@@ -26,6 +26,15 @@ class ThriftReader {
   // until it returns false (the struct's STOP, which also ends it).
   void begin_struct();
   bool next_field(int16_t& id, uint8_t& type);
+  // The struct that starts here, whole: on_field(id, type) for each field, which reads the field
+  // or skip()s it.
+  template <typename OnField>
+  void read_struct(OnField&& on_field) {
+    begin_struct();
+    int16_t id;
+    uint8_t type;
+    while (next_field(id, type)) on_field(id, type);
+  }
 
   // Values; `type` is the field's (or list element's) type, checked against what is asked for.
   int64_t read_int(uint8_t type);  // byte, i16, i32 or i64

@@ -29,6 +29,7 @@
 
 #include "core/common.h"
 #include "export/clocklm_format.h"
+#include "tok/hf_json.h"
 
 namespace clm {
 
@@ -169,8 +170,7 @@ void write_hf_nanochat(const ExportSource& src, const std::string& dir, SafeDTyp
   write_json_file(dir, "generation_config.json", hf_generation_config(bos));
   write_json_file(dir, "clocklm_config.json", export_config_json(src, dt));
   src.tokenizer->save((fs::path(dir) / "clocklm_tokenizer.json").string());
-  // Integration point: Hugging Face's tokenizer.json + tokenizer_config.json for this tokenizer come
-  // from the tokenizer module's writer (tok/, write_hf_tokenizer), called here once it exists.
+  write_hf_tokenizer(*src.tokenizer, dir);  // tokenizer.json + tokenizer_config.json
 }
 
 }  // namespace clm
