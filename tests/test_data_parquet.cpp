@@ -579,9 +579,9 @@ TEST(DataParquet, PrepareReadsAFolderAndRefusesABadOne) {
   fs::create_directories(d / "good");
   fs::copy_file(dir / "mixed_snappy_v1.parquet", d / "good" / "a.parquet");
   fs::copy_file(dir / "repeated_v2.parquet", d / "good" / "b.parquet");
-  const std::string tok = std::string(CLOCKLM_SHARED_DATA) + "/tokenizers/gpt2";
+  const std::string tok = "--vocab-size 300";  // a small BPE trained on the files themselves
   std::string out;
-  int rc = cli_test::run_clocklm("prepare --quiet --input " + (d / "good").string() + " --tokenizer " + tok +
+  int rc = cli_test::run_clocklm("prepare --quiet --input " + (d / "good").string() + " " + tok +
                                      " --val-fraction 0.1 --out " + (d / "ds").string(),
                                  &out);
   ASSERT_EQ(rc, 0) << out;
@@ -599,7 +599,7 @@ TEST(DataParquet, PrepareReadsAFolderAndRefusesABadOne) {
   std::string broken = bytes_of(dir / "repeated_v2.parquet");
   broken.resize(broken.size() - 3);
   data_test::write_raw(d / "bad" / "b.parquet", broken);
-  rc = cli_test::run_clocklm("prepare --quiet --input " + (d / "bad").string() + " --tokenizer " + tok + " --out " +
+  rc = cli_test::run_clocklm("prepare --quiet --input " + (d / "bad").string() + " " + tok + " --out " +
                                  (d / "ds_bad").string(),
                              &out);
   EXPECT_NE(rc, 0);
@@ -610,7 +610,7 @@ TEST(DataParquet, PrepareReadsAFolderAndRefusesABadOne) {
     EXPECT_EQ(e.path().filename().string().find("ds_bad.partial"), std::string::npos) << e.path();
 
   // Another column by name.
-  rc = cli_test::run_clocklm("prepare --quiet --input " + (dir / "body_column.parquet").string() + " --tokenizer " +
+  rc = cli_test::run_clocklm("prepare --quiet --input " + (dir / "body_column.parquet").string() + " " +
                                  tok + " --val-fraction 0.2 --text-column body --out " + (d / "ds_body").string(),
                              &out);
   ASSERT_EQ(rc, 0) << out;
