@@ -1,5 +1,8 @@
-// Per-op profiler: every op of forward, backward and optimizer opens a ProfScope with its FLOPs and
-// bytes moved; with no profiler attached (nullptr) a scope costs one branch. Owned by issue 5.
+// Per-op profiler. Each profiled op opens a ProfScope with its FLOPs and bytes moved; with no
+// profiler attached (nullptr) a scope costs one branch. Callers such as the model do not time ops
+// themselves: they open ProfRegions that name what the ops inside them are for ("matmul.qkv",
+// phase "fwd"), and whoever times the ops (a ProfScope's caller) takes its name and phase from the
+// innermost open region.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,6 +33,8 @@ struct Profiler {
   // changes). Null on the CPU, whose ops are done when they return.
   void (*wait)(void*) = nullptr;
   void* wait_ctx = nullptr;
+  // Open ProfRegions, innermost last (see ProfRegion).
+  std::vector<std::pair<const char*, const char*>> regions;  // {name, phase}
   void clear();                                   // drops events and steps, restarts the origin
   void mark_step(double start, double end) { steps.emplace_back(start, end); }
 };
@@ -51,6 +56,21 @@ struct ProfScope {
  private:
   void begin(const char* name, const char* phase, double flops, double bytes);  // reads the clock
   void end();                                                                    // records ev
+};
+
+// Names the ops issued while it is open: an op timed inside it is recorded under the region's name
+// and phase (the innermost region wins). It records nothing itself, so nested regions and the ops
+// inside them never count twice.
+struct ProfRegion {
+  ProfRegion(Profiler* prof, const char* name, const char* phase) : p(prof) {
+    if (p) p->regions.emplace_back(name, phase);
+  }
+  ~ProfRegion() {
+    if (p) p->regions.pop_back();
+  }
+  ProfRegion(const ProfRegion&) = delete;
+  ProfRegion& operator=(const ProfRegion&) = delete;
+  Profiler* p;
 };
 
 }  // namespace clm
