@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "core/common.h"
 #include "exp/plan.h"
+#include "exp/plan_family.h"
 #include "model/config.h"
 #include "test_cli_util.h"
 #include "test_run_util.h"
@@ -188,6 +189,7 @@ TEST(ExpPlan, PlanOnTheCpuRanksCandidatesAndWritesATrainableConfig) {
   o.measure_top = 1;
   o.threads = 1;
   o.progress = false;
+  o.presets = false;
   const PlanResult r = make_plan(o);
   ASSERT_EQ(r.ranked.size(), 3u);
   EXPECT_TRUE(r.ranked.front().measured);  // the winner is always timed
@@ -205,7 +207,7 @@ TEST(ExpPlan, PlanOnTheCpuRanksCandidatesAndWritesATrainableConfig) {
   const std::string out = root + "/best.json";
   std::string text;
   ASSERT_EQ(run_clocklm("plan --budget 1m --device cpu --runs " + root +
-                            " --min-depth 4 --max-depth 5 --measure 1 --threads 1 --set model.seq_len=64"
+                            " --min-depth 4 --max-depth 5 --measure 1 --threads 1 --no-presets --set model.seq_len=64"
                             " --set train.micro_batch=2 --set train.batch_tokens=128 --out " + out,
                         &text),
             0)
@@ -272,7 +274,7 @@ TEST(ExpPlan, TrainConfigAutoPlansThenTrainsTheWinner) {
                         &text),
             0)
       << text;
-  EXPECT_NE(text.find("--config auto chose d"), std::string::npos) << text;
+  EXPECT_NE(text.find("--config auto chose "), std::string::npos) << text;
   EXPECT_NE(text.find("val_bpb "), std::string::npos) << text;
   const nlohmann::json plan = nlohmann::json::parse(read_file(run + "/plan.json"));
   EXPECT_EQ(plan["budget_seconds"], 2);
@@ -287,4 +289,95 @@ TEST(ExpPlan, TrainConfigAutoPlansThenTrainsTheWinner) {
   EXPECT_NE(text.find("--config auto starts a new run"), std::string::npos) << text;
   fs::remove_all(data);
   fs::remove_all(run);
+}
+
+TEST(ExpPlan, RecipeFamiliesNameWhatTheLawDoesNotSee) {
+  EXPECT_EQ(recipe_family(depth_config(4)), "seq1024");
+  EXPECT_EQ(recipe_family(depth_config(9)), "seq1024");  // size is the law's, not the family's
+  EXPECT_EQ(recipe_family(load_config("speedrun-10m")), "seq256+ve+polar+bsched");
+  EXPECT_EQ(recipe_family(load_config("speedrun-30m")), "seq1024+ve+polar");
+  EXPECT_EQ(recipe_family(load_config("d4", {"model.seq_len=512", "train.seq_schedule=256@0.5"})),
+            "seq512+seqsched");
+}
+
+TEST(ExpPlan, FamilyCorrectionsRecoverAKnownTrendWithLeaveOneOut) {
+  const ScalingLaw law = known_law();
+  // A family 0.1 bpb better at 1 MB whose edge shrinks by 0.02 per e-fold of data; a family that
+  // extends its name, with runs at one amount of data and an extra 0.01; the base's own runs.
+  auto corr = [](double d) { return -0.1 + 0.02 * std::log(d / 1e6); };
+  std::vector<LawPoint> pts;
+  for (double d : {2e6, 8e6, 30e6}) {
+    pts.push_back({"b", 2e6, d, law.predict(2e6, d), ""});
+    pts.push_back({"s", 1e6, d, law.predict(1e6, d) + corr(d), "seq256"});
+  }
+  pts.push_back({"v1", 1e6, 8e6, law.predict(1e6, 8e6) + corr(8e6) - 0.01, "seq256+ve"});
+  pts.push_back({"v2", 3e6, 8e6, law.predict(3e6, 8e6) + corr(8e6) - 0.01, "seq256+ve"});
+  const RecipeModel m = fit_recipe_model(law, "seq1024", pts);
+  ASSERT_EQ(m.families.size(), 2u);
+  EXPECT_EQ(m.base.points, 3);
+  const FamilyFit& s = m.families[0];
+  EXPECT_EQ(s.family, "seq256");
+  EXPECT_NEAR(s.a, -0.1, 1e-9);
+  EXPECT_NEAR(s.b, 0.02, 1e-9);
+  EXPECT_NEAR(s.loo_abs_error, 0, 1e-9);  // exact data: each run is predicted exactly without itself
+  const FamilyFit& v = m.families[1];
+  EXPECT_EQ(v.family, "seq256+ve");
+  EXPECT_EQ(v.slope_from, "seq256");  // one amount of data: the slope of the family it extends
+  EXPECT_NEAR(v.b, 0.02, 1e-9);
+  EXPECT_NEAR(v.a, -0.11, 1e-9);
+  // Predictions: within the data no caution; beyond it, or for a family without runs, a note.
+  const RecipePrediction in = m.predict("seq256", 1.5e6, 10e6);
+  EXPECT_NEAR(in.bpb, law.predict(1.5e6, 10e6) + corr(10e6), 1e-9);
+  EXPECT_TRUE(in.note.empty()) << in.note;
+  EXPECT_GE(in.error, 0);
+  EXPECT_NE(m.predict("seq256", 1.5e6, 500e6).note.find("beyond its runs"), std::string::npos);
+  EXPECT_NE(m.predict("seq256", 80e6, 10e6).note.find("matrix params is beyond"), std::string::npos);
+  const RecipePrediction none = m.predict("seq64+mtp", 1e6, 10e6);
+  EXPECT_NEAR(none.bpb, law.predict(1e6, 10e6), 1e-12);
+  EXPECT_LT(none.error, 0);
+  EXPECT_NE(none.note.find("no runs of this family"), std::string::npos) << none.note;
+  // Noise shows in the leave-one-out error.
+  pts[1].bpb += 0.02;
+  EXPECT_GT(fit_recipe_model(law, "seq1024", pts).families[0].loo_abs_error, 0.005);
+}
+
+TEST(ExpPlan, BuiltInFamiliesSeeShortRowsWinEarlyAndFadeLater) {
+  const RecipeModel m = default_recipe_model();
+  RunConfig d3 = depth_config(3);
+  d3.model.vocab_size = 8192;
+  const double n = double(count_params(d3.model).matrix);
+  const double d_short = 3e6 * 4.03, d_long = 30e6 * 4.03;  // ~5 and ~60 minutes of a 2-core CPU
+  const std::string sr = recipe_family(load_config("speedrun-10m"));
+  auto edge = [&](double d) { return m.predict(sr, n, d).bpb - m.predict("seq1024", n, d).bpb; };
+  EXPECT_LT(edge(d_short), -0.05);         // the 10-minute recipe is far ahead in a short budget
+  EXPECT_GT(edge(d_long), edge(d_short));  // and its edge shrinks with more data, as its runs show
+  for (const FamilyFit& f : m.families) {
+    EXPECT_GT(f.points, 0) << f.family;
+    EXPECT_TRUE(f.points < 2 || f.loo_abs_error >= 0) << f.family;
+  }
+}
+
+TEST(ExpPlan, PresetsAreCandidatesAndTheChoiceIsExplained) {
+  PlanOptions o;
+  o.budget_seconds = 60;
+  o.device = "cpu";
+  o.sets = {"train.threads=1"};
+  o.min_depth = 2;
+  o.max_depth = 2;
+  o.measure_top = 1;
+  o.threads = 1;
+  o.progress = false;
+  const PlanResult r = make_plan(o);
+  int presets = 0;
+  for (const PlanCandidate& c : r.ranked) {
+    EXPECT_EQ(c.family, recipe_family(c.cfg)) << c.cfg.name;
+    if (!c.preset) continue;
+    ++presets;
+    EXPECT_NE(c.cfg.name.rfind("d", 0), 0u) << "the d<N> presets are the rule's own depths";
+  }
+  EXPECT_GE(presets, 2);  // speedrun-10m and speedrun-30m at least
+  EXPECT_TRUE(r.ranked.front().measured);
+  EXPECT_NE(r.choice.find(r.ranked.front().cfg.name), std::string::npos) << r.choice;
+  EXPECT_NE(format_plan(r).find("chosen: "), std::string::npos);
+  EXPECT_TRUE(r.to_json()["candidates"][0].contains("predicted_error"));
 }

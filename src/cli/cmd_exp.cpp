@@ -229,6 +229,7 @@ static void register_plan(CLI::App& app) {
   cmd->add_option("--set", o->p.sets, "Override applied to every candidate: key=value (repeatable)");
   cmd->add_option("--min-depth", o->p.min_depth, "Smallest depth of the d<N> rule searched (default 2)");
   cmd->add_option("--max-depth", o->p.max_depth, "Largest depth searched (default 12)");
+  cmd->add_flag("--no-presets{false}", o->p.presets, "Search only the depths of the d<N> rule, not the presets too");
   cmd->add_option("--measure", o->p.measure_top, "Candidates timed on the device (default 3; the rest estimated)");
   cmd->add_option("--threads", o->p.threads, "CPU threads (default: all)");
   cmd->add_option("--out", o->out, "Write the best candidate's config here (default plan.json)");
@@ -238,7 +239,9 @@ static void register_plan(CLI::App& app) {
     if (o->fit_only) {
       if (o->p.runs.empty()) fail("plan --fit-only needs --runs DIR");
       const std::vector<LawPoint> pts = law_points_from_runs(o->p.runs);
-      nlohmann::json j = fit_scaling_law(pts).to_json();
+      const RecipeModel m = fit_recipe_model_to_runs(pts, recipe_family(depth_config(4)));
+      nlohmann::json j = m.law.to_json();
+      j["families"] = m.to_json()["families"];
       j["fitted_points"] = nlohmann::json::array();  // one line each of them is a points file
       for (const LawPoint& p : pts) j["fitted_points"].push_back(law_point_json(p));
       std::printf("%s\n", j.dump(2).c_str());

@@ -23,116 +23,7 @@ namespace fs = std::filesystem;
 
 namespace clm {
 
-double ScalingLaw::predict(double matrix_params, double train_bytes) const {
-  const double n = std::max(matrix_params, 1.0) / 1e6, d = std::max(train_bytes, 1.0) / 1e6;
-  return E + B * std::pow(K * std::pow(n, -alpha / beta) + 1.0 / d, beta);
-}
-
-nlohmann::json ScalingLaw::to_json() const {
-  return {{"formula", "bpb = E + B*(K*(N/1e6)^(-alpha/beta) + (D/1e6)^-1)^beta; N matrix params, D training bytes"},
-          {"E", E}, {"B", B}, {"K", K}, {"alpha", alpha}, {"beta", beta}, {"points", points},
-          {"rms", rms}, {"loo_rel_error", loo_rel_error}, {"source", source}};
-}
-
 namespace {
-
-bool is_finished_run(const fs::path& dir) {
-  return fs::exists(dir / "summary.json") && fs::exists(dir / "config.json");
-}
-
-void collect_runs(const fs::path& p, std::vector<fs::path>& out, int depth) {
-  if (is_finished_run(p)) {
-    out.push_back(p);
-    return;
-  }
-  if (depth > 4 || !fs::is_directory(p)) return;
-  std::vector<fs::path> kids;
-  for (const auto& e : fs::directory_iterator(p))
-    if (e.is_directory()) kids.push_back(e.path());
-  std::sort(kids.begin(), kids.end());
-  for (const auto& k : kids) collect_runs(k, out, depth + 1);
-}
-
-// For fixed (alpha, beta, K) the law is linear in (E, B): bpb = E + B x with x the bracket raised
-// to beta. Least squares with E, B >= 0, solved exactly (both free, or one of them alone, whichever
-// non-negative solution is best). Returns the sum of squared residuals.
-double fit_linear(const std::vector<double>& x, const std::vector<LawPoint>& pts, double coef[2]) {
-  const double n = double(pts.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0;
-  for (size_t i = 0; i < pts.size(); ++i) {
-    sx += x[i], sy += pts[i].bpb, sxx += x[i] * x[i], sxy += x[i] * pts[i].bpb, syy += pts[i].bpb * pts[i].bpb;
-  }
-  // sse(E, B) = syy - 2 E sy - 2 B sxy + n E^2 + 2 E B sx + B^2 sxx
-  auto sse = [&](double e, double b) {
-    return std::max(0.0, syy - 2 * e * sy - 2 * b * sxy + n * e * e + 2 * e * b * sx + b * b * sxx);
-  };
-  double best = INFINITY;
-  auto consider = [&](double e, double b) {
-    if (!(e >= 0 && b >= 0)) return;
-    const double s = sse(e, b);
-    if (s < best) best = s, coef[0] = e, coef[1] = b;
-  };
-  const double det = n * sxx - sx * sx;
-  if (std::fabs(det) > 1e-12 * std::max(1.0, n * sxx)) consider((sxx * sy - sx * sxy) / det, (n * sxy - sx * sy) / det);
-  consider(sy / n, 0.0);
-  if (sxx > 0) consider(0.0, sxy / sxx);
-  return best;
-}
-
-// Evaluates every (alpha, beta, log10 K) of a grid; keeps the best in `law`, its sse in `best`.
-void search_grid(const std::vector<LawPoint>& pts, const std::vector<double>& alphas, const std::vector<double>& betas,
-                 const std::vector<double>& log_ks, ScalingLaw& law, double& best) {
-  const size_t n = pts.size();
-  std::vector<double> inv_d(n), np(n), x(n);
-  for (size_t i = 0; i < n; ++i) inv_d[i] = 1e6 / pts[i].train_bytes;
-  for (double a : alphas)
-    for (double b : betas) {
-      if (!(a > 0 && b > 0)) continue;
-      for (size_t i = 0; i < n; ++i) np[i] = std::pow(pts[i].matrix_params / 1e6, -a / b);
-      for (double lk : log_ks) {
-        const double k = std::pow(10.0, lk);
-        for (size_t i = 0; i < n; ++i) x[i] = std::pow(k * np[i] + inv_d[i], b);
-        double c[2] = {0, 0};
-        const double sse = fit_linear(x, pts, c);
-        if (sse < best) {
-          best = sse;
-          law.E = c[0], law.B = c[1], law.K = k, law.alpha = a, law.beta = b;
-        }
-      }
-    }
-}
-
-std::vector<double> steps_of(double lo, double hi, double step) {
-  std::vector<double> v;
-  for (int i = 0; lo + i * step <= hi + 1e-9; ++i) v.push_back(lo + i * step);
-  return v;
-}
-
-ScalingLaw fit_grid(const std::vector<LawPoint>& pts) {
-  ScalingLaw law;
-  double best = INFINITY;
-  // Coarse: alpha 0.02 .. 1.5, beta 0.05 .. 1.0, K 1e-4 .. 1e3 (published fits of such laws and
-  // this project's own lie well inside), then a search around the best point.
-  search_grid(pts, steps_of(0.02, 1.5, 0.04), steps_of(0.05, 1.0, 0.05), steps_of(-4.0, 3.0, 0.25), law, best);
-  // Pattern search from there: a 5 x 5 x 5 grid around the best point, recentred while it moves
-  // and halved in step when it does not (the law's parameters trade off along ridges, so one
-  // fixed refinement can stop short).
-  double sa = 0.02, sb = 0.025, sk = 0.125;
-  for (int round = 0; round < 60 && sa > 1e-5; ++round) {
-    const double a0 = law.alpha, b0 = law.beta, k0 = std::log10(law.K), before = best;
-    std::vector<double> as, bs, ks;
-    for (int i = -2; i <= 2; ++i) {
-      as.push_back(a0 + sa * i);
-      bs.push_back(b0 + sb * i);
-      ks.push_back(k0 + sk * i);
-    }
-    search_grid(pts, as, bs, ks, law, best);
-    if (!(best < before * (1 - 1e-9))) sa /= 2, sb /= 2, sk /= 2;
-  }
-  law.points = int(pts.size());
-  law.rms = std::sqrt(best / double(pts.size()));
-  return law;
-}
 
 // The inputs (vocabulary, bytes per token) that the candidates are planned for.
 struct PlanData {
@@ -140,13 +31,6 @@ struct PlanData {
   double bytes_per_token = 4.03;  // English text at a vocabulary of 8192 (the built-in law's data)
 };
 
-// Bytes per token of a dataset's training split (manifest.json), 0 when it records none. D, the
-// law's training bytes, is tokens times this, in the fit's points and in the plan alike.
-double train_bytes_per_token(const DatasetInfo& info) {
-  const nlohmann::json& tr = info.manifest.at("splits").at("train");
-  const double bytes = tr.value("bytes", 0.0), tokens = tr.value("tokens", 0.0);
-  return bytes > 0 && tokens > 0 ? bytes / tokens : 0.0;
-}
 
 PlanData plan_data(const std::string& dir) {
   PlanData d;
@@ -188,126 +72,6 @@ double time_step_tokens_per_second(const RunConfig& c, Backend& be, int reps) {
 }
 
 }  // namespace
-
-nlohmann::json law_point_json(const LawPoint& p) {
-  return {{"run", p.run}, {"matrix_params", p.matrix_params}, {"train_bytes", p.train_bytes}, {"bpb", p.bpb}};
-}
-
-namespace {
-
-void read_law_points(const std::string& file, std::vector<LawPoint>& out) {
-  const std::string text = read_file(file);
-  size_t line_no = 0, at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(at, end - at);
-    at = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    LawPoint p;
-    try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      p.run = j.value("run", fmt::format("{}:{}", file, line_no));
-      p.matrix_params = j.at("matrix_params").get<double>();
-      p.train_bytes = j.at("train_bytes").get<double>();
-      p.bpb = j.at("bpb").get<double>();
-    } catch (const nlohmann::json::exception& e) {
-      fail("plan: {} line {} is not a point {{\"matrix_params\", \"train_bytes\", \"bpb\"}} ({})", file, line_no,
-           e.what());
-    }
-    if (!(p.matrix_params > 0 && p.train_bytes > 0 && p.bpb > 0 && std::isfinite(p.matrix_params) &&
-          std::isfinite(p.train_bytes) && std::isfinite(p.bpb)))
-      fail("plan: {} line {}: matrix_params, train_bytes and bpb must be positive numbers", file, line_no);
-    out.push_back(p);
-  }
-}
-
-}  // namespace
-
-std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths) {
-  std::vector<fs::path> dirs;
-  std::vector<LawPoint> out;
-  for (const std::string& p : paths) {
-    if (!fs::exists(p)) fail("plan: no such run folder or points file: {}", p);
-    if (fs::is_regular_file(p)) read_law_points(p, out);
-    else collect_runs(p, dirs, 0);
-  }
-  for (const fs::path& d : dirs) {
-    nlohmann::json s, cj;
-    try {
-      s = nlohmann::json::parse(read_file((d / "summary.json").string()));
-      cj = nlohmann::json::parse(read_file((d / "config.json").string()));
-    } catch (const nlohmann::json::exception& e) {
-      fail("plan: {} has an unreadable summary.json or config.json ({})", d.string(), e.what());
-    }
-    const RunConfig rc = run_config_from_json(cj);
-    LawPoint p;
-    p.run = d.string();
-    p.matrix_params = double(count_params(rc.model).matrix);
-    // The training split's bytes per token, from the dataset the run names in run.json when it is
-    // here; else the bytes per token of the val positions the run scored (within a few percent of
-    // it for the same text and tokenizer).
-    double bpt = 0;
-    try {
-      const nlohmann::json rj = nlohmann::json::parse(read_file((d / "run.json").string()));
-      bpt = train_bytes_per_token(read_dataset_info(rj.at("dataset").at("dir").get<std::string>()));
-    } catch (const std::exception&) {
-      bpt = 0;
-    }
-    if (!(bpt > 0)) bpt = s.contains("val") ? s["val"].value("bytes_per_token", 0.0) : 0.0;
-    p.train_bytes = s.value("tokens", 0.0) * bpt;
-    p.bpb = s.value("val_bpb", 0.0);
-    if (p.matrix_params > 0 && p.train_bytes > 0 && p.bpb > 0) out.push_back(p);
-  }
-  return out;
-}
-
-ScalingLaw fit_scaling_law(const std::vector<LawPoint>& points) {
-  auto distinct = [&](auto key) {
-    std::vector<double> v;
-    for (const LawPoint& p : points) v.push_back(key(p));
-    std::sort(v.begin(), v.end());
-    return std::unique(v.begin(), v.end()) - v.begin();
-  };
-  if (points.size() < 4 || distinct([](const LawPoint& p) { return p.matrix_params; }) < 2 ||
-      distinct([](const LawPoint& p) { return p.train_bytes; }) < 2)
-    fail("plan: fitting the scaling law needs at least 4 finished runs with at least 2 model sizes and 2 "
-         "amounts of training data; got {} run(s)",
-         points.size());
-  ScalingLaw law = fit_grid(points);
-  double rel = 0;
-  for (size_t i = 0; i < points.size(); ++i) {
-    std::vector<LawPoint> rest(points);
-    rest.erase(rest.begin() + std::ptrdiff_t(i));
-    const ScalingLaw l = fit_grid(rest);
-    rel += std::fabs(l.predict(points[i].matrix_params, points[i].train_bytes) - points[i].bpb) / points[i].bpb;
-  }
-  law.loo_rel_error = rel / double(points.size());
-  law.source = fmt::format("fitted to {} runs", points.size());
-  return law;
-}
-
-ScalingLaw default_scaling_law() {
-  // Fitted (`clocklm plan --fit-only --runs bench/results/plan_points.jsonl`, bench/results/plan.md)
-  // to 14 runs on two 2-core x86 CPUs: the d<N> rule at depths 2, 3, 4 and 6 and two other small
-  // shapes, 280 to 5,468 steps of 4,096 tokens (1.1M to 22.4M tokens) at seq_len 1024, the default
-  // learning rates and schedule, vocabulary 8192, scored on a tuning split held out from the
-  // training text; D counted at the training split's 4.03 bytes per token. Runs of 70 steps, mostly
-  // warmup and warmdown, are left out: budgets that short are not what the planner is for.
-  ScalingLaw law;
-  law.E = 0.0;
-  law.B = 2.4594043351837733;
-  law.K = 0.012759538331770114;
-  law.alpha = 0.12453124999999998;
-  law.beta = 0.11032714843750002;
-  law.points = 14;
-  law.rms = 0.016462706180084923;
-  law.loo_rel_error = 0.009680455557730347;
-  law.source = "built-in (14 CPU runs, 1.1M-22.4M tokens)";
-  return law;
-}
-
 nlohmann::json PlanResult::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const PlanCandidate& c : ranked)
@@ -323,12 +87,95 @@ nlohmann::json PlanResult::to_json() const {
                     {"tokens", c.tokens},
                     {"bytes", c.bytes},
                     {"predicted_bpb", c.predicted_bpb},
+                    {"predicted_error", c.predicted_error},
+                    {"preset", c.preset},
+                    {"family", c.family},
+                    {"note", c.note},
                     {"memory_bytes", c.memory_bytes},
                     {"fits", c.fits}});
   return {{"budget_seconds", budget_seconds}, {"device", device},    {"vocab_size", vocab_size},
           {"bytes_per_token", bytes_per_token}, {"law", law.to_json()}, {"plan_seconds", plan_seconds},
-          {"warning", warning}, {"candidates", rows}};
+          {"warning", warning}, {"choice", choice}, {"families", model.to_json()}, {"candidates", rows}};
 }
+
+namespace {
+
+// A warning when the CPU that times the candidates is busy: other work running now slows the
+// candidates by different amounts and the plan then ranks the slowdown.
+std::string busy_warning(const Backend& be) {
+  if (!be.host_visible()) return "";
+  double load = -1;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  const int cores = omp_get_num_procs();
+  if (load < 0.5 * cores) return "";
+  return fmt::format("the machine is busy (load average {:.2f} on {} cores): tokens/s are timed under that load, "
+                     "so the ranking and the predictions may be off",
+                     load, cores);
+}
+
+// A candidate's facts other than its speed: the config as it would train here, its family, size,
+// FLOPs and memory.
+PlanCandidate make_candidate(RunConfig cfg, bool preset, const PlanOptions& o, const PlanData& data, Backend& be) {
+  PlanCandidate c;
+  c.preset = preset;
+  c.cfg = std::move(cfg);
+  apply_overrides(c.cfg, o.sets);
+  c.cfg.model.vocab_size = data.vocab;
+  c.cfg.train.budget_seconds = o.budget_seconds;
+  validate(c.cfg);
+  c.family = recipe_family(c.cfg);
+  const int B = c.cfg.train.micro_batch, T = c.cfg.model.seq_len;
+  c.matrix_params = double(count_params(c.cfg.model).matrix);
+  c.flops_per_token = flops_per_token(c.cfg.model, T);
+  const size_t extra = c.cfg.train.batch_tokens > int64_t(B) * T ? 12 : 8;
+  c.memory_bytes = double(GPT::memory_need(c.cfg.model, B, T, be)) +
+                   double(count_params(c.cfg.model).total()) * double(extra);
+  c.fits = c.memory_bytes <= double(be.memory_capacity());
+  return c;
+}
+
+// The depths of the d<N> rule, then every built-in preset made for this vocabulary (the d<N>
+// presets are the rule's own depths).
+std::vector<PlanCandidate> plan_candidates(const PlanOptions& o, const PlanData& data, Backend& be) {
+  std::vector<PlanCandidate> cands;
+  for (int d = o.min_depth; d <= o.max_depth; ++d) cands.push_back(make_candidate(depth_config(d), false, o, data, be));
+  if (!o.presets) return cands;
+  for (const std::string& name : preset_names()) {
+    if (name[0] == 'd') continue;
+    const RunConfig p = load_config(name);
+    if (p.model.vocab_size != 0 && p.model.vocab_size != data.vocab) continue;  // made for another tokenizer
+    try {
+      cands.push_back(make_candidate(p, true, o, data, be));
+    } catch (const Error& e) {  // the overrides do not suit this preset (e.g. its batch schedule)
+      if (o.progress) std::fprintf(stderr, "plan: leaving out preset %s: %s\n", name.c_str(), e.what());
+    }
+  }
+  return cands;
+}
+
+// Which row won and against what: the best preset when a rule depth won, the best rule depth when
+// a preset did.
+std::string choice_text(const std::vector<PlanCandidate>& ranked) {
+  const PlanCandidate& best = ranked.front();
+  const PlanCandidate* other = nullptr;
+  for (const PlanCandidate& c : ranked)
+    if (c.fits && c.preset != best.preset) {
+      other = &c;
+      break;
+    }
+  std::string s = fmt::format("{} {} (family {}): predicted {:.4f} bpb", best.preset ? "preset" : "depth rule",
+                              best.cfg.name, best.family, best.predicted_bpb);
+  if (other)
+    s += fmt::format(", against the best {} {} at {:.4f}", other->preset ? "preset" : "rule depth", other->cfg.name,
+                     other->predicted_bpb);
+  if (!best.note.empty()) s += "; caution: " + best.note;
+  return s;
+}
+
+}  // namespace
 
 PlanResult make_plan(const PlanOptions& o) {
   const double t0 = now_seconds();
@@ -338,50 +185,27 @@ PlanResult make_plan(const PlanOptions& o) {
   if (o.measure_top < 1) fail("plan: at least one candidate must be timed (--measure 1 or more)");
   PlanResult res;
   res.budget_seconds = o.budget_seconds;
-  res.law = o.runs.empty() ? default_scaling_law() : fit_scaling_law(law_points_from_runs(o.runs));
+  const std::string base_family = recipe_family(depth_config(4));
+  res.model = o.runs.empty() ? default_recipe_model()
+                             : fit_recipe_model_to_runs(law_points_from_runs(o.runs), base_family);
+  res.law = res.model.law;
   const PlanData data = plan_data(o.data_dir);
   res.vocab_size = data.vocab;
   res.bytes_per_token = data.bytes_per_token;
   omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   std::shared_ptr<Backend> be = make_backend(o.device);
   res.device = be->description();
-  // On a CPU the timings are only as good as the machine is quiet: other work running now slows
-  // the candidates by different amounts and the plan then ranks the slowdown.
-  if (be->host_visible()) {
-    double load = -1;
-    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-      if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-      std::fclose(f);
-    }
-    const int cores = omp_get_num_procs();
-    if (load >= 0.5 * cores)
-      res.warning = fmt::format("the machine is busy (load average {:.2f} on {} cores): tokens/s are timed "
-                                "under that load, so the ranking and the predictions may be off",
-                                load, cores);
-  }
+  res.warning = busy_warning(*be);
   if (o.progress && !res.warning.empty()) std::fprintf(stderr, "plan: warning: %s\n", res.warning.c_str());
 
-  std::vector<PlanCandidate> cands;
-  for (int d = o.min_depth; d <= o.max_depth; ++d) {
-    PlanCandidate c;
-    c.cfg = depth_config(d);
-    apply_overrides(c.cfg, o.sets);
-    c.cfg.model.vocab_size = data.vocab;
-    c.cfg.train.budget_seconds = o.budget_seconds;
-    validate(c.cfg);
-    const int B = c.cfg.train.micro_batch, T = c.cfg.model.seq_len;
-    c.matrix_params = double(count_params(c.cfg.model).matrix);
-    c.flops_per_token = flops_per_token(c.cfg.model, T);
-    const size_t extra = c.cfg.train.batch_tokens > int64_t(B) * T ? 12 : 8;
-    c.memory_bytes = double(GPT::memory_need(c.cfg.model, B, T, *be)) +
-                     double(count_params(c.cfg.model).total()) * double(extra);
-    c.fits = c.memory_bytes <= double(be->memory_capacity());
-    cands.push_back(c);
-  }
+  std::vector<PlanCandidate> cands = plan_candidates(o, data, *be);
   auto predict = [&](PlanCandidate& c) {
     c.tokens = c.tokens_per_second * o.budget_seconds;
     c.bytes = c.tokens * data.bytes_per_token;
-    c.predicted_bpb = res.law.predict(c.matrix_params, c.bytes);
+    const RecipePrediction p = res.model.predict(c.family, c.matrix_params, c.bytes);
+    c.predicted_bpb = p.bpb;
+    c.predicted_error = p.error;
+    c.note = p.note;
   };
   auto timed = [&](PlanCandidate& c) {
     if (o.progress)
@@ -396,13 +220,14 @@ PlanResult make_plan(const PlanOptions& o) {
   // then timed themselves, and the ranking uses the measured numbers wherever there are some.
   std::vector<size_t> fitting;
   for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i].fits) fitting.push_back(i);
+    if (cands[i].fits && !cands[i].preset) fitting.push_back(i);
   if (fitting.empty()) fail("plan: no candidate d{}..d{} fits the device's memory", o.min_depth, o.max_depth);
   PlanCandidate& ref = cands[fitting[fitting.size() / 2]];
   timed(ref);
+  const double ref_tps = ref.tokens_per_second, ref_flops = ref.flops_per_token;
   for (PlanCandidate& c : cands)
     if (!c.measured) {
-      c.tokens_per_second = ref.tokens_per_second * ref.flops_per_token / c.flops_per_token;
+      c.tokens_per_second = ref_tps * ref_flops / c.flops_per_token;
       predict(c);
     }
   auto better = [](const PlanCandidate& a, const PlanCandidate& b) {
@@ -426,6 +251,7 @@ PlanResult make_plan(const PlanOptions& o) {
     timed(cands.front());
   }
   res.ranked = std::move(cands);
+  res.choice = choice_text(res.ranked);
   res.plan_seconds = now_seconds() - t0;
   return res;
 }
@@ -433,18 +259,21 @@ PlanResult make_plan(const PlanOptions& o) {
 std::string format_plan(const PlanResult& r) {
   std::string s = fmt::format(
       "plan for a {:.0f} s budget on {} (vocab {}, {:.2f} bytes/token); law: {} (rms {:.4f} bpb, "
-      "leave-one-out error {:.1f}%)\n",
+      "leave-one-out error {:.1f}%), corrected for {} recipe families\n",
       r.budget_seconds, r.device, r.vocab_size, r.bytes_per_token, r.law.source, r.law.rms,
-      100 * r.law.loo_rel_error);
+      100 * r.law.loo_rel_error, r.model.families.size());
   if (!r.warning.empty()) s += "warning: " + r.warning + "\n";
-  s += fmt::format("{:>4} {:<8} {:>6} {:>10} {:>10} {:>11} {:>10} {:>8} {:>9}\n", "rank", "config", "seq",
-                   "matrix M", "tok/s", "tokens M", "pred bpb", "mem GiB", "");
+  s += fmt::format("{:>4} {:<13} {:<26} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:<9} {}\n", "rank", "config",
+                   "family", "matrix M", "tok/s", "tokens M", "pred bpb", "+-loo", "mem GiB", "", "note");
   int k = 0;
-  for (const PlanCandidate& c : r.ranked)
-    s += fmt::format("{:>4} {:<8} {:>6} {:>10.2f} {:>10.0f} {:>11.2f} {:>10.4f} {:>8.2f} {:>9}\n", ++k, c.cfg.name,
-                     c.cfg.model.seq_len, c.matrix_params / 1e6, c.tokens_per_second, c.tokens / 1e6,
-                     c.predicted_bpb, c.memory_bytes / double(1 << 30),
-                     !c.fits ? "too big" : c.measured ? "timed" : "estimated");
+  for (const PlanCandidate& c : r.ranked) {
+    const std::string err = c.predicted_error < 0 ? "?" : fmt::format("{:.4f}", c.predicted_error);
+    s += fmt::format("{:>4} {:<13} {:<26} {:>8.2f} {:>8.0f} {:>9.2f} {:>8.4f} {:>7} {:>7.2f} {:<9} {}\n", ++k,
+                     c.cfg.name, c.family, c.matrix_params / 1e6, c.tokens_per_second, c.tokens / 1e6,
+                     c.predicted_bpb, err, c.memory_bytes / double(1 << 30),
+                     !c.fits ? "too big" : c.measured ? "timed" : "estimated", c.note);
+  }
+  if (!r.choice.empty()) s += "chosen: " + r.choice + "\n";
   return s;
 }
 
