@@ -15,7 +15,9 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/common.h"
 #include "core/file_lock.h"
@@ -118,6 +120,10 @@ nlohmann::json tokenizer_options_json(const TokenizerOptions& o) {
 
 std::string mb(double bytes) { return fmt::format("{:.1f} MB", bytes / 1e6); }
 
+void say(const PrepareOptions& opt, const std::string& s) {
+  if (!opt.quiet) std::fprintf(stderr, "prepare: %s\n", s.c_str());
+}
+
 // Removes the temp folder unless released (on success it has been renamed into place).
 struct TempDir {
   std::string path;
@@ -193,17 +199,23 @@ struct Chunk {
   bool last = false;
 };
 
-}  // namespace
+// The options resolved: what to read, how to split it, which tokenizer to make.
+struct PrepareSpec {
+  const Preset* preset = nullptr;
+  int threads = 1;
+  bool separate_val = false;
+  double val_fraction = 0;
+  uint32_t vocab_size = 0;
+  DocSource train_src, val_src;
+};
 
-PrepareResult prepare_dataset(const PrepareOptions& opt) {
-  const double t0 = now_seconds();
-  const int threads = opt.threads > 0 ? opt.threads : default_threads();
-
-  // ---- options ------------------------------------------------------------------------------
+PrepareSpec resolve_options(const PrepareOptions& opt) {
+  PrepareSpec s;
+  s.threads = opt.threads > 0 ? opt.threads : default_threads();
   if (opt.out.empty()) fail("prepare: --out DIR is required");
-  const Preset* preset = opt.preset.empty() ? nullptr : &find_preset(opt.preset);
-  if (!preset && opt.inputs.empty()) fail("prepare: give --input FILE|DIR|GLOB (repeatable) or --preset NAME");
-  if (preset && !opt.inputs.empty()) fail("prepare: --preset and --input cannot be combined");
+  s.preset = opt.preset.empty() ? nullptr : &find_preset(opt.preset);
+  if (!s.preset && opt.inputs.empty()) fail("prepare: give --input FILE|DIR|GLOB (repeatable) or --preset NAME");
+  if (s.preset && !opt.inputs.empty()) fail("prepare: --preset and --input cannot be combined");
   if (!opt.val_inputs.empty() && opt.val_fraction >= 0)
     fail("prepare: --val and --val-fraction cannot be combined");
   if (!opt.tokenizer.empty() && opt.vocab_size != 0)
@@ -212,258 +224,249 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   const TokenizerOptions& to = opt.tokenizer_options;
   if (opt.tokenizer.empty() && (!to.pattern.empty() || !to.specials.empty() || !to.bos.empty() || !to.add_bos.empty()))
     fail("prepare: --pattern, --special, --bos and --add-bos apply to a given --tokenizer");
-  const bool separate_val = !opt.val_inputs.empty();
-  const double val_fraction =
-      separate_val ? 0.0 : opt.val_fraction >= 0 ? opt.val_fraction : preset ? preset->val_fraction : 0.01;
-  if (!separate_val && !(val_fraction > 0 && val_fraction < 1))
-    fail("prepare: --val-fraction must be between 0 and 1 (exclusive), got {}", val_fraction);
-  const uint32_t vocab_size = opt.vocab_size ? opt.vocab_size : preset ? preset->vocab_size : 32768;
-  if (opt.tokenizer.empty() && (vocab_size < 257 || vocab_size > (1u << 24)))
-    fail("prepare: --vocab-size must be between 257 and 16777216, got {}", vocab_size);
+  s.separate_val = !opt.val_inputs.empty();
+  s.val_fraction = s.separate_val           ? 0.0
+                   : opt.val_fraction >= 0 ? opt.val_fraction
+                   : s.preset              ? s.preset->val_fraction
+                                           : 0.01;
+  if (!s.separate_val && !(s.val_fraction > 0 && s.val_fraction < 1))
+    fail("prepare: --val-fraction must be between 0 and 1 (exclusive), got {}", s.val_fraction);
+  s.vocab_size = opt.vocab_size ? opt.vocab_size : s.preset ? s.preset->vocab_size : 32768;
+  if (opt.tokenizer.empty() && (s.vocab_size < 257 || s.vocab_size > (1u << 24)))
+    fail("prepare: --vocab-size must be between 257 and 16777216, got {}", s.vocab_size);
   if (opt.tokenizer_max_chars < 1) fail("prepare: --tokenizer-max-chars must be positive");
   if (opt.text_column.empty()) fail("prepare: --text-column must name a column");
-
-  auto say = [&](const std::string& s) {
-    if (!opt.quiet) std::fprintf(stderr, "prepare: %s\n", s.c_str());
-  };
-
-  DocSource train_src, val_src;
-  if (preset) {
-    train_src = {preset_files(preset->name), true, CorpusOptions{}};
-  } else {
-    CorpusOptions co;
-    co.txt_doc_bytes = size_t(opt.txt_doc_bytes);
-    co.text_column = opt.text_column;
-    co.threads = threads;
-    train_src = {expand_inputs(opt.inputs), false, co};
-    if (separate_val) val_src = {expand_inputs(opt.val_inputs), false, co};
-    for (const auto& f : val_src.files)
-      if (std::binary_search(train_src.files.begin(), train_src.files.end(), f))
-        fail("prepare: {} is both a training and a validation input", f);
+  if (s.preset) {
+    s.train_src = {preset_files(s.preset->name), true, CorpusOptions{}};
+    return s;
   }
+  CorpusOptions co;
+  co.txt_doc_bytes = size_t(opt.txt_doc_bytes);
+  co.text_column = opt.text_column;
+  co.threads = s.threads;
+  s.train_src = {expand_inputs(opt.inputs), false, co};
+  if (s.separate_val) s.val_src = {expand_inputs(opt.val_inputs), false, co};
+  for (const auto& f : s.val_src.files)
+    if (std::binary_search(s.train_src.files.begin(), s.train_src.files.end(), f))
+      fail("prepare: {} is both a training and a validation input", f);
+  return s;
+}
 
-  // ---- identity of this preparation -----------------------------------------------------------
-  nlohmann::json train_files = describe_files(train_src.files, threads);
-  nlohmann::json val_files = describe_files(val_src.files, threads);
-  Tokenizer given;
-  nlohmann::json tok_recipe;
-  if (!opt.tokenizer.empty()) {
-    given = Tokenizer::load(opt.tokenizer, opt.tokenizer_options);
-    tok_recipe = {{"given", given.hash()}};
-  } else {
-    tok_recipe = {{"train", {{"vocab_size", vocab_size}, {"max_chars", opt.tokenizer_max_chars}}}};
-  }
+// What identifies a preparation (the idempotency check compares it with an existing manifest's).
+nlohmann::json preparation_key(const PrepareOptions& opt, const PrepareSpec& s, const nlohmann::json& train_files,
+                               const nlohmann::json& val_files, const nlohmann::json& tok_recipe) {
   nlohmann::json key = {{"format_version", kManifestVersion},
                         {"preset", opt.preset},
                         {"train_inputs", content_of(train_files)},
                         {"val_inputs", content_of(val_files)},
-                        {"val_fraction", separate_val ? nlohmann::json(nullptr) : nlohmann::json(val_fraction)},
+                        {"val_fraction", s.separate_val ? nlohmann::json(nullptr) : nlohmann::json(s.val_fraction)},
                         {"tokenizer", tok_recipe},
                         {"shard_tokens", opt.shard_tokens},
                         {"txt_doc_bytes", opt.txt_doc_bytes}};
   if (opt.text_column != "text") key["text_column"] = opt.text_column;  // absent: the default column
+  return key;
+}
 
-  // ---- an existing output folder ------------------------------------------------------------
-  fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();
-  const fs::path parent = out.parent_path();
-  make_dirs(parent.string());
-  // Beside the folder, not in it: the folder itself is replaced by a rename at the end.
-  const FileLock out_lock((parent / ("." + out.filename().string() + ".lock")).string(),
-                          "dataset folder " + opt.out);
+// The shard or tokenizer file of an existing dataset that is missing or has the wrong size, or "".
+std::string damaged_file(const fs::path& out, const nlohmann::json& manifest) {
   std::error_code ec;
-  bool out_exists = fs::exists(out, ec);
-  if (out_exists) {
-    if (!fs::is_directory(out, ec)) fail("prepare: --out {} exists and is not a folder", opt.out);
-    fs::path mpath = out / "manifest.json";
-    nlohmann::json old;
-    bool is_dataset = false;
-    if (fs::exists(mpath, ec)) {
-      try {
-        old = nlohmann::json::parse(read_file(mpath.string()));
-        is_dataset = old.value("format", "") == "clocklm-dataset";
-      } catch (const nlohmann::json::exception&) {
-      }
+  const uint64_t width = shard_width_for(manifest["tokenizer"]["vocab_size"].get<uint32_t>());
+  for (const char* split : {"train", "val"})
+    for (const auto& sh : manifest["splits"][split]["shards"]) {
+      fs::path p = out / sh["file"].get<std::string>();
+      uint64_t want = kShardHeaderBytes + sh["tokens"].get<uint64_t>() * width;
+      if (!fs::exists(p, ec) || fs::file_size(p, ec) != want) return p.string();
     }
-    bool empty = fs::is_empty(out, ec);
-    if (is_dataset && old.contains("preparation") && old["preparation"] == key) {
-      // Same preparation: check the folder is intact, then do nothing.
-      std::string damage;
-      for (const char* split : {"train", "val"})
-        for (const auto& sh : old["splits"][split]["shards"]) {
-          fs::path p = out / sh["file"].get<std::string>();
-          uint64_t want = kShardHeaderBytes + sh["tokens"].get<uint64_t>() * shard_width_for(old["tokenizer"]["vocab_size"].get<uint32_t>());
-          if (!fs::exists(p, ec) || fs::file_size(p, ec) != want) damage = p.string();
-        }
-      if (!fs::exists(out / "tokenizer.json", ec)) damage = (out / "tokenizer.json").string();
-      if (!damage.empty())
-        fail("prepare: {} holds this preparation but {} is missing or has the wrong size; pass --force to redo it",
-             opt.out, damage);
-      say(fmt::format("{} is already prepared from the same inputs and parameters; nothing to do", opt.out));
-      return {true, old};
-    }
-    if (!empty && !is_dataset)
-      fail("prepare: --out {} exists and is not a prepared dataset; refusing to write into it (remove it or "
-           "choose another folder)", opt.out);
-    if (!empty && !opt.force) {
-      std::vector<std::string> diffs;
-      const nlohmann::json& op = old.contains("preparation") ? old["preparation"] : nlohmann::json::object();
-      for (auto& [k, v] : key.items())
-        if (!op.contains(k) || op[k] != v) diffs.push_back(k);
-      fail("prepare: {} already holds a different preparation (changed: {}); pass --force to replace it", opt.out,
-           fmt::join(diffs, ", "));
+  if (!fs::exists(out / "tokenizer.json", ec)) return (out / "tokenizer.json").string();
+  return "";
+}
+
+// An existing --out: the manifest when it holds this very preparation intact (nothing to do),
+// nothing when it may be replaced (absent, empty, or --force over another dataset), else an Error.
+std::optional<nlohmann::json> existing_preparation(const fs::path& out, const PrepareOptions& opt,
+                                                   const nlohmann::json& key) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return std::nullopt;
+  if (!fs::is_directory(out, ec)) fail("prepare: --out {} exists and is not a folder", opt.out);
+  nlohmann::json old;
+  bool is_dataset = false;
+  if (fs::exists(out / "manifest.json", ec)) {
+    try {
+      old = nlohmann::json::parse(read_file((out / "manifest.json").string()));
+      is_dataset = old.value("format", "") == "clocklm-dataset";
+    } catch (const nlohmann::json::exception&) {
     }
   }
+  if (is_dataset && old.contains("preparation") && old["preparation"] == key) {
+    if (const std::string damage = damaged_file(out, old); !damage.empty())
+      fail("prepare: {} holds this preparation but {} is missing or has the wrong size; pass --force to redo it",
+           opt.out, damage);
+    return old;
+  }
+  const bool empty = fs::is_empty(out, ec);
+  if (!empty && !is_dataset)
+    fail("prepare: --out {} exists and is not a prepared dataset; refusing to write into it (remove it or "
+         "choose another folder)", opt.out);
+  if (!empty && !opt.force) {
+    std::vector<std::string> diffs;
+    const nlohmann::json& op = old.contains("preparation") ? old["preparation"] : nlohmann::json::object();
+    for (auto& [k, v] : key.items())
+      if (!op.contains(k) || op[k] != v) diffs.push_back(k);
+    fail("prepare: {} already holds a different preparation (changed: {}); pass --force to replace it", opt.out,
+         fmt::join(diffs, ", "));
+  }
+  return std::nullopt;
+}
 
-  // ---- temp folder ----------------------------------------------------------------------------
-  remove_stale_partials(parent, out.filename().string());
-  TempDir tmp{(parent / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()))).string()};
-  fs::remove_all(tmp.path, ec);
-  make_dirs(tmp.path);
+double total_size(const nlohmann::json& files) {
+  double n = 0;
+  for (const auto& f : files) n += f["size"].get<double>();
+  return n;
+}
 
-  // ---- tokenizer ------------------------------------------------------------------------------
-  Tokenizer tok;
-  nlohmann::json tok_info;
-  if (!opt.tokenizer.empty()) {
-    tok = given;
-    tok_info = {{"source", opt.tokenizer}, {"path", fs::absolute(opt.tokenizer).lexically_normal().string()}};
-    say(fmt::format("tokenizer {} (vocab {}, hash {})", opt.tokenizer, tok.vocab_size(), tok.hash()));
-  } else {
-    double ts = now_seconds();
-    std::string arena;
-    std::vector<size_t> ends;
-    CorpusStats st;
-    double train_input = 0;
-    for (const auto& f : train_files) train_input += f["size"].get<double>();
-    Progress gather("tokenizer text", train_input);
-    train_src.read(
+// Trains the BPE tokenizer on up to --tokenizer-max-chars of the training split's text; `info`
+// receives what the manifest records about it.
+Tokenizer train_tokenizer(const PrepareOptions& opt, const PrepareSpec& s, double train_input,
+                          nlohmann::json& info) {
+  const double ts = now_seconds();
+  std::string arena;
+  std::vector<size_t> ends;
+  CorpusStats st;
+  Progress gather("tokenizer text", train_input);
+  s.train_src.read(
+      [&](std::string_view d) {
+        if (!opt.quiet) gather.update(double(st.input_bytes), mb(double(arena.size())) + " gathered");
+        if (d.empty() || (!s.separate_val && held_out(d, s.val_fraction))) return true;
+        size_t room = size_t(opt.tokenizer_max_chars) - arena.size();
+        arena.append(d.substr(0, std::min(room, d.size())));
+        ends.push_back(arena.size());
+        return arena.size() < size_t(opt.tokenizer_max_chars);
+      },
+      &st);
+  if (!opt.quiet) gather.finish(mb(double(arena.size())) + " of training text for the tokenizer");
+  if (arena.empty()) fail("prepare: no training text to train the tokenizer on");
+  std::vector<std::string_view> docs;
+  docs.reserve(ends.size());
+  size_t b = 0;
+  for (size_t e : ends) {
+    docs.emplace_back(arena.data() + b, e - b);
+    b = e;
+  }
+  say(opt, fmt::format("training a {}-token BPE tokenizer on {} in {} documents", s.vocab_size,
+                       mb(double(arena.size())), docs.size()));
+  BpeTrainOptions bo;
+  bo.vocab_size = s.vocab_size;
+  bo.max_chars = opt.tokenizer_max_chars;
+  bo.threads = s.threads;
+  bo.verbose = !opt.quiet;
+  Tokenizer tok = train_bpe(docs, bo);
+  const double secs = now_seconds() - ts;
+  info = {{"source", "trained"},
+          {"trained_on_bytes", arena.size()},
+          {"trained_on_documents", docs.size()},
+          {"training_seconds", secs}};
+  say(opt, fmt::format("tokenizer trained in {:.1f}s (vocab {}, hash {})", secs, tok.vocab_size(), tok.hash()));
+  return tok;
+}
+
+// Chunks of documents passed from the reader thread to the encoder, at most kDepth waiting.
+class ChunkQueue {
+ public:
+  static constexpr size_t kChunkBytes = 8 << 20, kChunkDocs = 16384, kDepth = 3;
+  bool push(Chunk&& c) {  // false once stopped
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return stop_ || queue_.size() < kDepth; });
+    if (stop_) return false;
+    queue_.push_back(std::move(c));
+    cv_.notify_all();
+    return true;
+  }
+  Chunk pop() {  // rethrows the reader's error once the queue is drained
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !queue_.empty() || error_; });
+    if (queue_.empty()) std::rethrow_exception(error_);
+    Chunk c = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return c;
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    error_ = e;
+    cv_.notify_all();
+  }
+  void stop() {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Chunk> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+// What the tokenizing pass leaves besides the shards.
+struct ReadTotals {
+  CorpusStats stats[2];            // per split source (train, val)
+  int64_t empty_docs[2] = {0, 0};  // per split
+};
+
+// The reader thread's work: every document of both sources, split and cut into chunks.
+void read_into_chunks(const PrepareSpec& s, ChunkQueue& q, ReadTotals& totals) {
+  Chunk c;
+  int64_t base = 0;
+  auto run = [&](const DocSource& src, int fixed_split) {
+    const int idx = fixed_split < 0 ? 0 : fixed_split;
+    bool ok = true;
+    src.read(
         [&](std::string_view d) {
-          if (!opt.quiet) gather.update(double(st.input_bytes), mb(double(arena.size())) + " gathered");
-          if (d.empty() || (!separate_val && held_out(d, val_fraction))) return true;
-          size_t room = size_t(opt.tokenizer_max_chars) - arena.size();
-          arena.append(d.substr(0, std::min(room, d.size())));
-          ends.push_back(arena.size());
-          return arena.size() < size_t(opt.tokenizer_max_chars);
+          const int split = fixed_split >= 0 ? fixed_split : held_out(d, s.val_fraction) ? 1 : 0;
+          if (d.empty()) {
+            totals.empty_docs[split]++;
+            return true;
+          }
+          c.text.append(d);
+          c.ends.push_back(c.text.size());
+          c.split.push_back(uint8_t(split));
+          if (c.text.size() >= ChunkQueue::kChunkBytes || c.ends.size() >= ChunkQueue::kChunkDocs) {
+            c.input_bytes = base + totals.stats[idx].input_bytes;
+            ok = q.push(std::exchange(c, Chunk{}));
+          }
+          return ok;
         },
-        &st);
-    if (!opt.quiet) gather.finish(mb(double(arena.size())) + " of training text for the tokenizer");
-    if (arena.empty()) fail("prepare: no training text to train the tokenizer on");
-    std::vector<std::string_view> docs;
-    docs.reserve(ends.size());
-    size_t b = 0;
-    for (size_t e : ends) {
-      docs.emplace_back(arena.data() + b, e - b);
-      b = e;
-    }
-    say(fmt::format("training a {}-token BPE tokenizer on {} in {} documents", vocab_size, mb(double(arena.size())),
-                    docs.size()));
-    BpeTrainOptions bo;
-    bo.vocab_size = vocab_size;
-    bo.max_chars = opt.tokenizer_max_chars;
-    bo.threads = threads;
-    bo.verbose = !opt.quiet;
-    tok = train_bpe(docs, bo);
-    double secs = now_seconds() - ts;
-    tok_info = {{"source", "trained"},
-                {"trained_on_bytes", arena.size()},
-                {"trained_on_documents", docs.size()},
-                {"training_seconds", secs}};
-    say(fmt::format("tokenizer trained in {:.1f}s (vocab {}, hash {})", secs, tok.vocab_size(), tok.hash()));
-  }
-  tok.save((fs::path(tmp.path) / "tokenizer.json").string());
-  tok_info["file"] = "tokenizer.json";
-  tok_info["hash"] = tok.hash();
-  tok_info["kind"] = tok.kind();
-  tok_info["vocab_size"] = tok.vocab_size();
-  tok_info["bos_id"] = tok.bos_id();
-  tok_info["bos"] = tok.bos_name();
+        &totals.stats[idx]);
+    base += totals.stats[idx].input_bytes;
+    return ok;
+  };
+  if (!run(s.train_src, s.separate_val ? 0 : -1)) return;
+  if (s.separate_val && !run(s.val_src, 1)) return;
+  c.input_bytes = base;
+  c.last = true;
+  q.push(std::move(c));
+}
 
-  // ---- tokenize into shards -------------------------------------------------------------------
-  SplitWriter writers[2] = {{tmp.path, "train", tok.vocab_size(), tok.bos_id(), opt.shard_tokens},
-                            {tmp.path, "val", tok.vocab_size(), tok.bos_id(), opt.shard_tokens}};
-  CorpusStats stats[2];
-  int64_t empty_docs[2] = {0, 0};
-  double total_input = 0;
-  for (const auto& f : train_files) total_input += f["size"].get<double>();
-  for (const auto& f : val_files) total_input += f["size"].get<double>();
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Chunk> queue;
-  std::exception_ptr reader_error;
-  bool stop = false;
-  constexpr size_t kChunkBytes = 8 << 20, kChunkDocs = 16384, kDepth = 3;
-
+// Streams every document through the tokenizer into the two splits' shards: a reader thread
+// decompresses and parses while this thread encodes each chunk on all cores. Returns seconds.
+double tokenize_into_shards(const PrepareOptions& opt, const PrepareSpec& s, const Tokenizer& tok,
+                            double total_input, SplitWriter (&writers)[2], ReadTotals& totals) {
+  ChunkQueue q;
   std::thread reader([&] {
     try {
-      Chunk c;
-      int64_t base = 0;
-      auto push = [&](bool last) {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || queue.size() < kDepth; });
-        if (stop) return false;
-        c.last = last;
-        queue.push_back(std::move(c));
-        c = Chunk{};
-        cv.notify_all();
-        return true;
-      };
-      auto run = [&](const DocSource& src, int fixed_split) {
-        int idx = fixed_split < 0 ? 0 : fixed_split;
-        bool ok = true;
-        src.read(
-            [&](std::string_view d) {
-              int split = fixed_split >= 0 ? fixed_split : held_out(d, val_fraction) ? 1 : 0;
-              if (d.empty()) {
-                empty_docs[split]++;  // reader thread only; read after join
-                return true;
-              }
-              c.text.append(d);
-              c.ends.push_back(c.text.size());
-              c.split.push_back(uint8_t(split));
-              if (c.text.size() >= kChunkBytes || c.ends.size() >= kChunkDocs) {
-                c.input_bytes = base + stats[idx].input_bytes;
-                ok = push(false);
-              }
-              return ok;
-            },
-            &stats[idx]);
-        base += stats[idx].input_bytes;
-        return ok;
-      };
-      if (!run(train_src, separate_val ? 0 : -1)) return;
-      if (separate_val && !run(val_src, 1)) return;
-      c.input_bytes = base;
-      push(true);
+      read_into_chunks(s, q, totals);
     } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      reader_error = std::current_exception();
-      cv.notify_all();
+      q.fail(std::current_exception());
     }
   });
-  auto stop_reader = [&] {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    if (reader.joinable()) reader.join();
-  };
-
   Progress progress("prepare", total_input);
   double text_bytes = 0, n_tokens = 0;
   const double te = now_seconds();
   try {
-    for (;;) {
-      Chunk c;
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return !queue.empty() || reader_error; });
-        if (queue.empty()) std::rethrow_exception(reader_error);
-        c = std::move(queue.front());
-        queue.pop_front();
-        cv.notify_all();
-      }
+    for (bool last = false; !last;) {
+      const Chunk c = q.pop();
       std::vector<std::string_view> docs;
       docs.reserve(c.ends.size());
       size_t b = 0;
@@ -471,106 +474,184 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
         docs.emplace_back(c.text.data() + b, e - b);
         b = e;
       }
-      std::vector<std::vector<uint32_t>> ids = tok.encode_batch(docs);
+      const std::vector<std::vector<uint32_t>> ids = tok.encode_batch(docs);
       for (size_t i = 0; i < docs.size(); ++i) {
         writers[c.split[i]].add(ids[i], docs[i].size());
         n_tokens += double(ids[i].size() + 1);
       }
       text_bytes += double(c.text.size());
       if (!opt.quiet) {
-        double el = std::max(1e-9, now_seconds() - te);
+        const double el = std::max(1e-9, now_seconds() - te);
         progress.update(double(c.input_bytes), fmt::format("{:.1f} MB/s text | {:.2f}M tok/s | {} docs",
                                                            text_bytes / el / 1e6, n_tokens / el / 1e6,
                                                            writers[0].documents + writers[1].documents));
       }
-      if (c.last) break;
+      last = c.last;
     }
   } catch (...) {
-    stop_reader();
+    q.stop();
+    reader.join();
     throw;
   }
   reader.join();
   writers[0].close();
   writers[1].close();
-  double tokenize_seconds = now_seconds() - te;
+  const double secs = now_seconds() - te;
   if (!opt.quiet)
-    progress.finish(fmt::format("{} of text in {:.1f}s ({:.1f} MB/s, {:.2f}M tokens/s)", mb(text_bytes),
-                                tokenize_seconds, text_bytes / tokenize_seconds / 1e6,
-                                n_tokens / tokenize_seconds / 1e6));
+    progress.finish(fmt::format("{} of text in {:.1f}s ({:.1f} MB/s, {:.2f}M tokens/s)", mb(text_bytes), secs,
+                                text_bytes / secs / 1e6, n_tokens / secs / 1e6));
+  return secs;
+}
 
+void check_splits(const PrepareSpec& s, const SplitWriter (&writers)[2]) {
   if (writers[0].documents == 0) fail("prepare: the training split is empty (no documents in the inputs)");
   if (writers[1].documents == 0)
     fail("prepare: the validation split is empty; {}",
-         separate_val ? "the --val inputs hold no documents"
-                      : fmt::format("none of the {} documents was held out with --val-fraction {} (a .txt file "
-                                    "is one document unless --txt-doc-bytes cuts it; use a larger fraction, more "
-                                    "documents, --txt-doc-bytes N, or --val FILE)",
-                                    writers[0].documents, val_fraction));
+         s.separate_val ? "the --val inputs hold no documents"
+                        : fmt::format("none of the {} documents was held out with --val-fraction {} (a .txt file "
+                                      "is one document unless --txt-doc-bytes cuts it; use a larger fraction, more "
+                                      "documents, --txt-doc-bytes N, or --val FILE)",
+                                      writers[0].documents, s.val_fraction));
+}
 
-  // ---- manifest -----------------------------------------------------------------------------
-  int64_t malformed = stats[0].malformed_lines + stats[1].malformed_lines;
-  int64_t null_texts = stats[0].null_texts + stats[1].null_texts;
-  auto split_json = [&](int s) {
-    const SplitWriter& w = writers[s];
-    nlohmann::json j = {{"documents", w.documents}, {"bytes", w.bytes},  {"tokens", w.tokens},
-                        {"shards", w.shards},       {"empty_documents", empty_docs[s]}};
-    return j;
-  };
+nlohmann::json split_json(const SplitWriter& w, int64_t empty_docs) {
+  return {{"documents", w.documents}, {"bytes", w.bytes},  {"tokens", w.tokens},
+          {"shards", w.shards},       {"empty_documents", empty_docs}};
+}
+
+// Everything the manifest records about how the dataset was made.
+struct ManifestParts {
+  nlohmann::json key, train_files, val_files, tok_info;
+  double started = 0, tokenize_seconds = 0;
+};
+
+nlohmann::json make_manifest(const PrepareOptions& opt, const PrepareSpec& s, const ManifestParts& m,
+                             const SplitWriter (&writers)[2], const ReadTotals& totals) {
   nlohmann::json malformed_files = nlohmann::json::object();
-  for (const auto& st : stats)
+  for (const auto& st : totals.stats)
     for (const auto& [f, n] : st.malformed_per_file) malformed_files[f] = n;
-  nlohmann::json manifest = {
-      {"format", "clocklm-dataset"},
-      {"format_version", kManifestVersion},
-      {"clocklm_version", CLOCKLM_VERSION},
-      {"created", iso_now()},
-      {"preparation", key},
-      {"parameters",
-       {{"preset", opt.preset},
-        {"inputs", opt.inputs},
-        {"val_inputs", opt.val_inputs},
-        {"val_fraction", separate_val ? nlohmann::json(nullptr) : nlohmann::json(val_fraction)},
-        {"vocab_size", opt.tokenizer.empty() ? nlohmann::json(vocab_size) : nlohmann::json(nullptr)},
-        {"tokenizer", opt.tokenizer},
-        {"tokenizer_options", tokenizer_options_json(to)},
-        {"tokenizer_max_chars", opt.tokenizer_max_chars},
-        {"shard_tokens", opt.shard_tokens},
-        {"txt_doc_bytes", opt.txt_doc_bytes},
-        {"text_column", opt.text_column},
-        {"threads", threads}}},
-      {"inputs", {{"train", train_files}, {"val", val_files}}},
-      {"tokenizer", tok_info},
-      {"splits", {{"train", split_json(0)}, {"val", split_json(1)}}},
-      {"malformed_lines", malformed},
-      {"malformed_lines_by_file", malformed_files},
-      {"null_texts", null_texts},
-      {"seconds", now_seconds() - t0},
-      {"tokenize_seconds", tokenize_seconds}};
-  atomic_write((fs::path(tmp.path) / "manifest.json").string(), manifest.dump(2) + "\n");
+  return {{"format", "clocklm-dataset"},
+          {"format_version", kManifestVersion},
+          {"clocklm_version", CLOCKLM_VERSION},
+          {"created", iso_now()},
+          {"preparation", m.key},
+          {"parameters",
+           {{"preset", opt.preset},
+            {"inputs", opt.inputs},
+            {"val_inputs", opt.val_inputs},
+            {"val_fraction", s.separate_val ? nlohmann::json(nullptr) : nlohmann::json(s.val_fraction)},
+            {"vocab_size", opt.tokenizer.empty() ? nlohmann::json(s.vocab_size) : nlohmann::json(nullptr)},
+            {"tokenizer", opt.tokenizer},
+            {"tokenizer_options", tokenizer_options_json(opt.tokenizer_options)},
+            {"tokenizer_max_chars", opt.tokenizer_max_chars},
+            {"shard_tokens", opt.shard_tokens},
+            {"txt_doc_bytes", opt.txt_doc_bytes},
+            {"text_column", opt.text_column},
+            {"threads", s.threads}}},
+          {"inputs", {{"train", m.train_files}, {"val", m.val_files}}},
+          {"tokenizer", m.tok_info},
+          {"splits",
+           {{"train", split_json(writers[0], totals.empty_docs[0])},
+            {"val", split_json(writers[1], totals.empty_docs[1])}}},
+          {"malformed_lines", totals.stats[0].malformed_lines + totals.stats[1].malformed_lines},
+          {"malformed_lines_by_file", malformed_files},
+          {"null_texts", totals.stats[0].null_texts + totals.stats[1].null_texts},
+          {"seconds", now_seconds() - m.started},
+          {"tokenize_seconds", m.tokenize_seconds}};
+}
 
-  // ---- move into place --------------------------------------------------------------------------
+// The finished temp folder replaces --out (an old one is moved aside first, then removed).
+void move_into_place(TempDir& tmp, const fs::path& out, const std::string& shown) {
+  std::error_code ec;
   std::string old_dir;
   if (fs::exists(out, ec)) {
-    old_dir = (parent / ("." + out.filename().string() + ".old-" + std::to_string(getpid()))).string();
+    old_dir = (out.parent_path() / ("." + out.filename().string() + ".old-" + std::to_string(getpid()))).string();
     fs::rename(out, old_dir, ec);
-    if (ec) fail("prepare: cannot move the old {} aside: {}", opt.out, ec.message());
+    if (ec) fail("prepare: cannot move the old {} aside: {}", shown, ec.message());
   }
   fs::rename(tmp.path, out, ec);
   if (ec) fail("prepare: cannot rename {} to {}: {}", tmp.path, out.string(), ec.message());
   tmp.keep = true;
   if (!old_dir.empty()) fs::remove_all(old_dir, ec);
+}
 
+void report_skipped(const PrepareOptions& opt, const ReadTotals& t) {
+  const int64_t malformed = t.stats[0].malformed_lines + t.stats[1].malformed_lines;
+  const int64_t null_texts = t.stats[0].null_texts + t.stats[1].null_texts;
   if (malformed > 0)
     std::fprintf(stderr, "prepare: warning: %lld malformed JSON lines were skipped (first at %s); counts per file "
                  "are in manifest.json\n", (long long)malformed,
-                 (stats[0].first_malformed.empty() ? stats[1].first_malformed : stats[0].first_malformed).c_str());
+                 (t.stats[0].first_malformed.empty() ? t.stats[1].first_malformed : t.stats[0].first_malformed).c_str());
   if (null_texts > 0)
     std::fprintf(stderr, "prepare: %lld null values of Parquet column '%s' were skipped\n", (long long)null_texts,
                  opt.text_column.c_str());
-  say(fmt::format("wrote {}: train {} docs, {}, {} tokens in {} shards | val {} docs, {}, {} tokens | {:.1f}s",
-                  opt.out, writers[0].documents, mb(double(writers[0].bytes)), writers[0].tokens,
-                  writers[0].shards.size(), writers[1].documents, mb(double(writers[1].bytes)), writers[1].tokens,
-                  now_seconds() - t0));
+}
+
+}  // namespace
+
+PrepareResult prepare_dataset(const PrepareOptions& opt) {
+  ManifestParts m;
+  m.started = now_seconds();
+  const PrepareSpec s = resolve_options(opt);
+
+  // Identity: input contents, split rule, tokenizer recipe, shard size.
+  m.train_files = describe_files(s.train_src.files, s.threads);
+  m.val_files = describe_files(s.val_src.files, s.threads);
+  Tokenizer tok;
+  const bool given = !opt.tokenizer.empty();
+  if (given) tok = Tokenizer::load(opt.tokenizer, opt.tokenizer_options);
+  const nlohmann::json tok_recipe =
+      given ? nlohmann::json{{"given", tok.hash()}}
+            : nlohmann::json{{"train", {{"vocab_size", s.vocab_size}, {"max_chars", opt.tokenizer_max_chars}}}};
+  m.key = preparation_key(opt, s, m.train_files, m.val_files, tok_recipe);
+
+  fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  const fs::path parent = out.parent_path();
+  make_dirs(parent.string());
+  // Beside the folder, not in it: the folder itself is replaced by a rename at the end.
+  const FileLock out_lock((parent / ("." + out.filename().string() + ".lock")).string(),
+                          "dataset folder " + opt.out);
+  if (std::optional<nlohmann::json> done = existing_preparation(out, opt, m.key)) {
+    say(opt, fmt::format("{} is already prepared from the same inputs and parameters; nothing to do", opt.out));
+    return {true, *done};
+  }
+
+  remove_stale_partials(parent, out.filename().string());
+  TempDir tmp{(parent / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()))).string()};
+  std::error_code ec;
+  fs::remove_all(tmp.path, ec);
+  make_dirs(tmp.path);
+
+  if (given) {
+    m.tok_info = {{"source", opt.tokenizer}, {"path", fs::absolute(opt.tokenizer).lexically_normal().string()}};
+    say(opt, fmt::format("tokenizer {} (vocab {}, hash {})", opt.tokenizer, tok.vocab_size(), tok.hash()));
+  } else {
+    tok = train_tokenizer(opt, s, total_size(m.train_files), m.tok_info);
+  }
+  tok.save((fs::path(tmp.path) / "tokenizer.json").string());
+  m.tok_info.update({{"file", "tokenizer.json"},
+                     {"hash", tok.hash()},
+                     {"kind", tok.kind()},
+                     {"vocab_size", tok.vocab_size()},
+                     {"bos_id", tok.bos_id()},
+                     {"bos", tok.bos_name()}});
+
+  SplitWriter writers[2] = {{tmp.path, "train", tok.vocab_size(), tok.bos_id(), opt.shard_tokens},
+                            {tmp.path, "val", tok.vocab_size(), tok.bos_id(), opt.shard_tokens}};
+  ReadTotals totals;
+  m.tokenize_seconds =
+      tokenize_into_shards(opt, s, tok, total_size(m.train_files) + total_size(m.val_files), writers, totals);
+  check_splits(s, writers);
+
+  const nlohmann::json manifest = make_manifest(opt, s, m, writers, totals);
+  atomic_write((fs::path(tmp.path) / "manifest.json").string(), manifest.dump(2) + "\n");
+  move_into_place(tmp, out, opt.out);
+  report_skipped(opt, totals);
+  say(opt, fmt::format("wrote {}: train {} docs, {}, {} tokens in {} shards | val {} docs, {}, {} tokens | {:.1f}s",
+                       opt.out, writers[0].documents, mb(double(writers[0].bytes)), writers[0].tokens,
+                       writers[0].shards.size(), writers[1].documents, mb(double(writers[1].bytes)),
+                       writers[1].tokens, now_seconds() - m.started));
   return {false, manifest};
 }
 
