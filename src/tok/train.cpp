@@ -6,6 +6,8 @@
 #include "tok/train.h"
 
 #include <algorithm>
+#include <array>
+#include <memory>
 #include <queue>
 
 #include <unistd.h>
@@ -76,37 +78,30 @@ struct HeapEntry {
   }
 };
 
-}  // namespace
-
-Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOptions& opt) {
-  const double t0 = now_seconds();
-  const bool stderr_tty = isatty(STDERR_FILENO);
-  const int threads = opt.threads > 0 ? opt.threads : default_threads();
-
-  // Special tokens: the caller's, then reserved ones up to 8 in all.
-  std::vector<std::string> special_names = opt.special_tokens;
-  if (special_names.empty()) special_names.push_back("<|bos|>");
-  for (int k = 0; special_names.size() < 8; ++k) special_names.push_back(fmt::format("<|reserved_{}|>", k));
-  for (size_t i = 0; i < special_names.size(); ++i) {
-    if (special_names[i].empty()) fail("empty special token name");
+// Special tokens: the caller's, then reserved ones up to 8 in all.
+std::vector<std::string> special_token_names(const BpeTrainOptions& opt) {
+  std::vector<std::string> names = opt.special_tokens;
+  if (names.empty()) names.push_back("<|bos|>");
+  for (int k = 0; names.size() < 8; ++k) names.push_back(fmt::format("<|reserved_{}|>", k));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) fail("empty special token name");
     for (size_t j = 0; j < i; ++j)
-      if (special_names[i] == special_names[j]) fail("special token {} listed twice", special_names[i]);
+      if (names[i] == names[j]) fail("special token {} listed twice", names[i]);
   }
-  const uint32_t n_special = uint32_t(special_names.size());
-  if (opt.vocab_size < 256 + n_special)
-    fail("vocab size {} is too small: need at least 256 bytes + {} special tokens", opt.vocab_size, n_special);
-  const uint32_t target_merges = opt.vocab_size - 256 - n_special;
+  return names;
+}
 
-  // 1. The training text, capped at max_chars bytes (cut at a UTF-8 boundary), in pieces of about
-  //    1 MiB so that one huge document still spreads over all threads.
-  PreSplitter splitter(kGpt4Pattern);
+// The training text, capped at max_chars bytes (cut at a UTF-8 boundary), in pieces of about
+// 1 MiB so that one huge document still spreads over all threads. `total` receives its bytes.
+std::vector<std::string_view> training_pieces(const std::vector<std::string_view>& docs, int64_t max_chars,
+                                              const PreSplitter& splitter, int64_t& total) {
   std::vector<std::string_view> pieces;
-  int64_t total = 0;
+  total = 0;
   const size_t kPiece = size_t(1) << 20;
   for (std::string_view doc : docs) {
-    if (total >= opt.max_chars) break;
-    if (int64_t(doc.size()) > opt.max_chars - total) {
-      size_t take = size_t(opt.max_chars - total);
+    if (total >= max_chars) break;
+    if (int64_t(doc.size()) > max_chars - total) {
+      size_t take = size_t(max_chars - total);
       while (take > 0 && (uint8_t(doc[take]) & 0xC0) == 0x80) --take;
       doc = doc.substr(0, take);
     }
@@ -118,9 +113,24 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
       pieces.push_back(doc);
     }
   }
+  return pieces;
+}
 
-  // 2. Count chunks: each thread counts into its own tables, sharded by hash so that the shards can
-  //    then be combined in parallel too. Chunks of one byte hold no pair and are skipped.
+// Every unique chunk of the pieces as symbols (bytes at first), flat, with its frequency; len
+// shrinks as merges rewrite the chunks in place.
+struct Chunks {
+  std::vector<uint64_t> off;
+  std::vector<uint32_t> len;
+  std::vector<int64_t> freq;
+  std::vector<uint32_t> sym;
+  size_t size() const { return off.size(); }
+};
+
+// Counts the chunks: each thread counts into its own tables, sharded by hash so that the shards
+// can then be combined in parallel too. Chunks of one byte hold no pair and are skipped. The
+// result is ordered by the chunks' bytes, so everything after it is independent of the thread
+// count and the hash layout.
+Chunks count_chunks(const std::vector<std::string_view>& pieces, const PreSplitter& splitter, int threads) {
   const size_t T = size_t(std::max(threads, 1));
   std::vector<std::vector<ChunkCounter>> local(T, std::vector<ChunkCounter>(T));
   std::vector<std::unique_ptr<SplitScratch>> scratch(T);
@@ -143,8 +153,6 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
     }
   });
   local.clear();
-  // Order unique chunks by their bytes so that everything after this point is independent of the
-  // thread count and hash layout.
   std::vector<const ChunkCounter::E*> uniq;
   for (auto& m : merged)
     for (const auto& e : m.tab)
@@ -152,172 +160,169 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
   std::sort(uniq.begin(), uniq.end(), [](const ChunkCounter::E* x, const ChunkCounter::E* y) {
     return std::string_view(x->p, x->n) < std::string_view(y->p, y->n);
   });
-  const double t_count = now_seconds();
-
-  // 3. Symbols of every unique chunk, flat; len shrinks as merges apply.
+  Chunks c;
   const size_t W = uniq.size();
-  std::vector<uint64_t> off(W);
-  std::vector<uint32_t> len(W);
-  std::vector<int64_t> freq(W);
+  c.off.resize(W), c.len.resize(W), c.freq.resize(W);
   size_t nsym = 0;
   for (size_t w = 0; w < W; ++w) {
-    off[w] = nsym;
-    len[w] = uint32_t(uniq[w]->n);
-    freq[w] = int64_t(uniq[w]->count);
+    c.off[w] = nsym;
+    c.len[w] = uint32_t(uniq[w]->n);
+    c.freq[w] = int64_t(uniq[w]->count);
     nsym += uniq[w]->n;
   }
-  std::vector<uint32_t> sym(nsym);
+  c.sym.resize(nsym);
   for (size_t w = 0; w < W; ++w)
-    for (size_t i = 0; i < len[w]; ++i) sym[off[w] + i] = uint8_t(uniq[w]->p[i]);
-  uniq.clear();
-  merged.clear();
+    for (size_t i = 0; i < c.len[w]; ++i) c.sym[c.off[w] + i] = uint8_t(uniq[w]->p[i]);
+  return c;
+}
 
-  // 4. Initial pair counts and chunk lists (byte pairs only, so a dense 256x256 table).
-  std::vector<PairStat> stats;
-  PairMap index;  // pair -> index into stats
-  {
-    std::vector<int64_t> cnt(65536, 0);
-    std::vector<uint32_t> nwhere(65536, 0);
-    std::vector<uint32_t> last(65536, ~0u);
-    for (size_t w = 0; w < W; ++w) {
-      const uint32_t* s = &sym[off[w]];
-      for (uint32_t i = 0; i + 1 < len[w]; ++i) {
-        uint32_t p = s[i] * 256 + s[i + 1];
-        cnt[p] += freq[w];
-        if (last[p] != w) {
-          last[p] = uint32_t(w);
-          ++nwhere[p];
-        }
-      }
+// The merge learner: pair counts and the chunks holding each pair, kept current as merges
+// rewrite the chunks; a max-heap with lazy deletion yields the next merge.
+class Merger {
+ public:
+  explicit Merger(Chunks& c) : c_(c) { count_byte_pairs(); }
+
+  // Applies the most frequent pair as symbol `id`; false when no pair is left.
+  bool merge_next(uint32_t id, std::array<uint32_t, 3>& merge) {
+    while (!heap_.empty()) {
+      const HeapEntry top = heap_.top();
+      heap_.pop();
+      const uint32_t idx = uint32_t(*index_.find(PairMap::key(top.a, top.b)));
+      if (stats_[idx].count != top.count || top.count <= 0) continue;  // stale
+      merge = {top.a, top.b, id};
+      apply(idx, top.a, top.b, id);
+      return true;
     }
-    std::vector<uint32_t> pidx(65536, ~0u);
+    return false;
+  }
+
+ private:
+  // Initial pair counts and chunk lists (byte pairs only, so a dense 256x256 table).
+  void count_byte_pairs() {
+    std::vector<int64_t> cnt(65536, 0);
+    std::vector<uint32_t> nwhere(65536, 0), last(65536, ~0u), pidx(65536, ~0u);
+    auto each_pair = [&](auto fn) {
+      for (size_t w = 0; w < c_.size(); ++w) {
+        const uint32_t* s = &c_.sym[c_.off[w]];
+        for (uint32_t i = 0; i + 1 < c_.len[w]; ++i) fn(uint32_t(w), s[i] * 256 + s[i + 1]);
+      }
+    };
+    each_pair([&](uint32_t w, uint32_t p) {
+      cnt[p] += c_.freq[w];
+      if (last[p] != w) last[p] = w, ++nwhere[p];
+    });
     for (uint32_t p = 0; p < 65536; ++p) {
       if (!cnt[p]) continue;
-      pidx[p] = uint32_t(stats.size());
+      pidx[p] = uint32_t(stats_.size());
       PairStat st;
       st.count = cnt[p];
       st.a = p >> 8;
       st.b = p & 255;
       st.where.reserve(nwhere[p]);
-      stats.push_back(std::move(st));
-      index.insert(PairMap::key(p >> 8, p & 255), pidx[p]);
+      stats_.push_back(std::move(st));
+      index_.insert(PairMap::key(p >> 8, p & 255), pidx[p]);
     }
     std::fill(last.begin(), last.end(), ~0u);
-    for (size_t w = 0; w < W; ++w) {
-      const uint32_t* s = &sym[off[w]];
-      for (uint32_t i = 0; i + 1 < len[w]; ++i) {
-        uint32_t p = s[i] * 256 + s[i + 1];
-        if (last[p] != w) {
-          last[p] = uint32_t(w);
-          stats[pidx[p]].where.push_back(uint32_t(w));
-        }
-      }
+    each_pair([&](uint32_t w, uint32_t p) {
+      if (last[p] != w) last[p] = w, stats_[pidx[p]].where.push_back(w);
+    });
+    for (auto& st : stats_) {
+      heap_.push({st.count, st.a, st.b});
+      st.pushed = st.count;
     }
   }
-  std::priority_queue<HeapEntry> heap;
-  for (auto& st : stats) {
-    heap.push({st.count, st.a, st.b});
-    st.pushed = st.count;
-  }
 
-  // 5. Merge loop.
-  std::vector<std::array<uint32_t, 3>> merges;
-  merges.reserve(target_merges);
-  std::vector<uint32_t> touched;
-  std::vector<uint8_t> in_occ;
-  uint64_t step = 0;
-  auto stat_of = [&](uint32_t a, uint32_t b) -> PairStat& {
-    uint64_t k = PairMap::key(a, b);
-    if (const uint64_t* v = index.find(k)) return stats[*v];
-    index.insert(k, stats.size());
+  PairStat& stat_of(uint32_t a, uint32_t b) {
+    const uint64_t k = PairMap::key(a, b);
+    if (const uint64_t* v = index_.find(k)) return stats_[*v];
+    index_.insert(k, stats_.size());
     PairStat st;
     st.a = a;
     st.b = b;
-    stats.push_back(std::move(st));
-    return stats.back();
-  };
-  auto delta = [&](uint32_t a, uint32_t b, int64_t d) -> PairStat& {
+    stats_.push_back(std::move(st));
+    return stats_.back();
+  }
+
+  PairStat& delta(uint32_t a, uint32_t b, int64_t d) {
     PairStat& st = stat_of(a, b);
     st.count += d;
-    if (st.stamp != step) {
-      st.stamp = step;
-      touched.push_back(uint32_t(&st - stats.data()));
+    if (st.stamp != step_) {
+      st.stamp = step_;
+      touched_.push_back(uint32_t(&st - stats_.data()));
     }
     return st;
-  };
-  while (merges.size() < target_merges && !heap.empty()) {
-    HeapEntry top = heap.top();
-    heap.pop();
-    uint32_t top_idx = uint32_t(*index.find(PairMap::key(top.a, top.b)));
-    if (stats[top_idx].count != top.count || top.count <= 0) continue;  // stale
-    const uint32_t a = top.a, b = top.b, c = uint32_t(256 + merges.size());
-    merges.push_back({a, b, c});
-    ++step;
-    touched.clear();
-    std::vector<uint32_t> where = std::move(stats[top_idx].where);
-    stats[top_idx].where = {};
-    for (uint32_t w : where) {
-      uint32_t* s = &sym[off[w]];
-      const uint32_t n = len[w];
-      // Find the occurrences, left to right, non-overlapping.
-      in_occ.assign(n, 0);
-      bool any = false;
-      for (uint32_t i = 0; i + 1 < n;) {
-        if (s[i] == a && s[i + 1] == b) {
-          in_occ[i] = in_occ[i + 1] = 1;
-          any = true;
-          i += 2;
-        } else {
-          ++i;
-        }
-      }
-      if (!any) continue;  // stale entry: an earlier merge consumed the pair here
-      const int64_t f = freq[w];
-      // Old pairs that touch an occurrence disappear...
-      for (uint32_t i = 0; i + 1 < n; ++i)
-        if (in_occ[i] || in_occ[i + 1]) delta(s[i], s[i + 1], -f);
-      // ...rewrite in place...
-      uint32_t m = 0;
-      for (uint32_t i = 0; i < n;) {
-        if (in_occ[i]) {
-          s[m++] = c;
-          i += 2;
-        } else {
-          s[m++] = s[i++];
-        }
-      }
-      len[w] = m;
-      // ...and the pairs that touch the new symbol appear (all other pairs are unchanged).
-      for (uint32_t i = 0; i + 1 < m; ++i) {
-        if (s[i] != c && s[i + 1] != c) continue;
-        PairStat& st = delta(s[i], s[i + 1], +f);
-        if (st.where.empty() || st.where.back() != w) st.where.push_back(w);
-      }
-    }
-    for (uint32_t idx : touched) {
-      PairStat& st = stats[idx];
+  }
+
+  // Rewrites every chunk holding (a, b) with `c` and adjusts the counts of the pairs around it.
+  void apply(uint32_t idx, uint32_t a, uint32_t b, uint32_t c) {
+    ++step_;
+    touched_.clear();
+    std::vector<uint32_t> where = std::move(stats_[idx].where);
+    stats_[idx].where = {};
+    for (uint32_t w : where) rewrite(w, a, b, c);
+    for (uint32_t i : touched_) {
+      PairStat& st = stats_[i];
       if (st.count > 0 && st.count != st.pushed) {
-        heap.push({st.count, st.a, st.b});
+        heap_.push({st.count, st.a, st.b});
         st.pushed = st.count;
       }
     }
-    if (opt.verbose && merges.size() % 2000 == 0)  // redraw on a terminal, one line each in a log
-      fmt::print(stderr, "{}tokenizer: {} / {} merges ({:.1f}s){}", stderr_tty ? "\r" : "", merges.size(),
-                 target_merges, now_seconds() - t0, stderr_tty ? "" : "\n");
-  }
-  const double t_merge = now_seconds();
-  if (opt.verbose) {
-    fmt::print(stderr, "{}tokenizer: {} bytes of text, {} unique chunks; counting {:.2f}s, {} merges {:.2f}s\n",
-               stderr_tty ? "\r" : "", total, W, t_count - t0, merges.size(), t_merge - t_count);
-    if (merges.size() < target_merges)
-      fmt::print(stderr, "tokenizer: the text ran out of pairs after {} merges; vocab size is {} instead of {}\n",
-                 merges.size(), 256 + merges.size() + n_special, opt.vocab_size);
   }
 
-  // 6. The tokenizer: bytes 0..255, merges 256.., then the special tokens.
+  void rewrite(uint32_t w, uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t* s = &c_.sym[c_.off[w]];
+    const uint32_t n = c_.len[w];
+    // Find the occurrences, left to right, non-overlapping.
+    in_occ_.assign(n, 0);
+    bool any = false;
+    for (uint32_t i = 0; i + 1 < n;) {
+      if (s[i] == a && s[i + 1] == b) {
+        in_occ_[i] = in_occ_[i + 1] = 1;
+        any = true;
+        i += 2;
+      } else {
+        ++i;
+      }
+    }
+    if (!any) return;  // stale entry: an earlier merge consumed the pair here
+    const int64_t f = c_.freq[w];
+    // Old pairs that touch an occurrence disappear...
+    for (uint32_t i = 0; i + 1 < n; ++i)
+      if (in_occ_[i] || in_occ_[i + 1]) delta(s[i], s[i + 1], -f);
+    // ...rewrite in place...
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n;) {
+      if (in_occ_[i]) {
+        s[m++] = c;
+        i += 2;
+      } else {
+        s[m++] = s[i++];
+      }
+    }
+    c_.len[w] = m;
+    // ...and the pairs that touch the new symbol appear (all other pairs are unchanged).
+    for (uint32_t i = 0; i + 1 < m; ++i) {
+      if (s[i] != c && s[i + 1] != c) continue;
+      PairStat& st = delta(s[i], s[i + 1], +f);
+      if (st.where.empty() || st.where.back() != w) st.where.push_back(w);
+    }
+  }
+
+  Chunks& c_;
+  std::vector<PairStat> stats_;
+  PairMap index_;  // pair -> index into stats_
+  std::priority_queue<HeapEntry> heap_;
+  std::vector<uint32_t> touched_;
+  std::vector<uint8_t> in_occ_;
+  uint64_t step_ = 0;
+};
+
+// The tokenizer: bytes 0..255, merges 256.., then the special tokens.
+Tokenizer assemble(std::vector<std::array<uint32_t, 3>> merges, const std::vector<std::string>& special_names) {
   TokenizerParts p;
   for (int b = 0; b < 256; ++b) p.byte_id[b] = uint32_t(b);
   const uint32_t first_special = uint32_t(256 + merges.size());
+  const uint32_t n_special = uint32_t(special_names.size());
   p.bos = first_special;
   for (uint32_t k = 0; k < n_special; ++k) {
     p.specials.emplace_back(special_names[k], first_special + k);
@@ -328,6 +333,43 @@ Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOpt
   p.vocab_size = first_special + n_special;
   p.kind = "bpe";
   return build_tokenizer(std::move(p), "trained tokenizer");
+}
+
+}  // namespace
+
+Tokenizer train_bpe(const std::vector<std::string_view>& docs, const BpeTrainOptions& opt) {
+  const double t0 = now_seconds();
+  const bool stderr_tty = isatty(STDERR_FILENO);
+  const int threads = opt.threads > 0 ? opt.threads : default_threads();
+  const std::vector<std::string> special_names = special_token_names(opt);
+  const uint32_t n_special = uint32_t(special_names.size());
+  if (opt.vocab_size < 256 + n_special)
+    fail("vocab size {} is too small: need at least 256 bytes + {} special tokens", opt.vocab_size, n_special);
+  const uint32_t target_merges = opt.vocab_size - 256 - n_special;
+
+  const PreSplitter splitter(kGpt4Pattern);
+  int64_t total = 0;
+  Chunks chunks = count_chunks(training_pieces(docs, opt.max_chars, splitter, total), splitter, threads);
+  const double t_count = now_seconds();
+
+  Merger merger(chunks);
+  std::vector<std::array<uint32_t, 3>> merges;
+  merges.reserve(target_merges);
+  for (std::array<uint32_t, 3> m; merges.size() < target_merges && merger.merge_next(uint32_t(256 + merges.size()), m);) {
+    merges.push_back(m);
+    if (opt.verbose && merges.size() % 2000 == 0)  // redraw on a terminal, one line each in a log
+      fmt::print(stderr, "{}tokenizer: {} / {} merges ({:.1f}s){}", stderr_tty ? "\r" : "", merges.size(),
+                 target_merges, now_seconds() - t0, stderr_tty ? "" : "\n");
+  }
+  const double t_merge = now_seconds();
+  if (opt.verbose) {
+    fmt::print(stderr, "{}tokenizer: {} bytes of text, {} unique chunks; counting {:.2f}s, {} merges {:.2f}s\n",
+               stderr_tty ? "\r" : "", total, chunks.size(), t_count - t0, merges.size(), t_merge - t_count);
+    if (merges.size() < target_merges)
+      fmt::print(stderr, "tokenizer: the text ran out of pairs after {} merges; vocab size is {} instead of {}\n",
+                 merges.size(), 256 + merges.size() + n_special, opt.vocab_size);
+  }
+  return assemble(std::move(merges), special_names);
 }
 
 }  // namespace clm
