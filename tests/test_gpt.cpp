@@ -355,8 +355,10 @@ TEST(GPT, MultiTokenHeadLossShapeAndCount) {
   auto in = tokens(B * T, 37, 3), tg = tokens(B * T, 37, 4);
   tg[5] = -1;  // ignored by both heads: position 5's next token, position 4's token after next
   const float lp = p.forward(in.data(), tg.data(), B, T);
-  EXPECT_EQ(mtp_loss_of(p), 0.0f);
+  EXPECT_TRUE(p.aux_losses().empty());  // no multi-token head: no auxiliary loss at all
   const float lm = m.forward(in.data(), tg.data(), B, T);
+  ASSERT_EQ(m.aux_losses().size(), 1u);
+  EXPECT_EQ(m.aux_losses()[0].first, "mtp_loss");
   EXPECT_EQ(lm, lp);
   EXPECT_GT(mtp_loss_of(m), 0.0f);
   // With mtp_proj = I the multi-token head scores position t with the next-token logits of t

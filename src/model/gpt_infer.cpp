@@ -179,7 +179,8 @@ void GPT::cached_logits(const KVCache& cache, const int64_t* rows, int64_t n, fl
   GPTImpl& m = *impl;
   const size_t row_bytes = size_t(m.d) * (m.prec == MatPrec::BF16 ? 2 : 4);
   for (int64_t r = 0; r < n; ++r)
-    if (rows[r] < 0 || rows[r] >= cache.hidden_rows()) fail("GPT cached logits: row {} outside the last forward", rows[r]);
+    if (rows[r] < 0 || rows[r] >= cache.hidden_rows())
+      fail("GPT cached logits: row {} outside the last forward", rows[r]);
   const GPTImpl::HeadPass p{GPTImpl::HeadMode::Logits, {"matmul.head", nullptr, nullptr, nullptr}, m.inf.head_rows,
                             m.inf.logits, 0.0f, out};
   m.head_pass(p, n, [&](int64_t r0, int64_t nr) {
