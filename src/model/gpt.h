@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -85,13 +86,15 @@ struct GPT {
   // targets >= 0 (a target < 0 is ignored). Optional outputs, each B*T: per-token loss in nats
   // (0 where ignored) and the argmax prediction at each position. Keeps what backward needs.
   // With model.mtp_weight > 0 and gradients enabled it also runs the multi-token head (the token
-  // after next) and its gradient; the value returned stays the next-token loss (mtp_loss() has
-  // the other), and backward() follows next-token loss + mtp_weight x mtp_loss().
+  // after next) and its gradient; the value returned stays the next-token loss (aux_losses() has
+  // the other), and backward() follows next-token loss + mtp_weight x mtp_loss.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                 float* token_loss = nullptr, int32_t* argmax = nullptr);
-  // Mean cross-entropy (nats) of the multi-token head over the positions whose token after next is
-  // known, in the last forward that ran it (model.mtp_weight > 0, gradients enabled); 0 otherwise.
-  float mtp_loss() const;
+  // The auxiliary losses of the last forward, by name, to report next to its loss. The names depend
+  // on the config alone (so every rank lists the same): "mtp_loss" when model.mtp_weight > 0, the
+  // mean cross-entropy (nats) of the multi-token head over the positions whose token after next is
+  // known (0 when the last forward did not run that head: gradients disabled or no targets).
+  std::vector<std::pair<std::string, double>> aux_losses() const;
   // Backward of the last forward; ADDS into grads, scaled by `loss_scale` (1/accum_steps).
   void backward(float loss_scale = 1.0f);
   void zero_grad();

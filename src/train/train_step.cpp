@@ -10,6 +10,9 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/common.h"
 #include "core/fault.h"
@@ -31,7 +34,10 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
   float* grads = model.grad_buffer();
   const int64_t n_grads = model.grad_floats();
   float* sum = accum > 1 ? model.grad_accumulator() : nullptr;
-  double loss_sum = 0, mtp_sum = 0;
+  double loss_sum = 0;
+  // Sums of the auxiliary losses, by name; the names come from the config, the same on every rank.
+  std::vector<std::pair<std::string, double>> aux = model.aux_losses();
+  for (auto& e : aux) e.second = 0;
   std::string bad;  // the first non-finite loss of this rank
   const int64_t micro = int64_t(B) * T;
   for (int64_t a = 0; a < accum; ++a) {
@@ -60,21 +66,23 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     }
     if (o.phase_times) r.backward_seconds += phase->stop();
     loss_sum += loss;
-    mtp_sum += model.mtp_loss();
+    const auto now = model.aux_losses();
+    for (size_t i = 0; i < aux.size(); ++i) aux[i].second += now[i].second;
   }
   if (sum && bad.empty()) be.copy(grads, sum, sizeof(float) * n_grads);
   if (comm) {
-    // One small all-reduce: the summed losses and whether any rank saw a non-finite one. Every rank
-    // then throws, or averages the gradients, together.
-    double v[3] = {loss_sum, bad.empty() ? 0.0 : 1.0, mtp_sum};
-    comm->all_reduce(v, 3, ReduceOp::Sum);
+    // One small all-reduce: the summed losses (main, then auxiliary) and whether any rank saw a
+    // non-finite one. Every rank then throws, or averages the gradients, together.
+    std::vector<double> v = {loss_sum, bad.empty() ? 0.0 : 1.0};
+    for (const auto& e : aux) v.push_back(e.second);
+    comm->all_reduce(v.data(), int64_t(v.size()), ReduceOp::Sum);
     if (v[1] > 0) {
       const int at = int(comm->max(bad.empty() ? -1.0 : double(comm->rank())));  // collective too
       throw NonFiniteError(fmt::format("loss is not finite on rank {}{}", at,
                                        v[1] > 1 ? fmt::format(" (and {} other ranks)", int(v[1]) - 1) : ""));
     }
     loss_sum = v[0];
-    mtp_sum = v[2];
+    for (size_t i = 0; i < aux.size(); ++i) aux[i].second = v[2 + i];
     // A GPU transport runs on its own stream: the gradients must be complete before it reads them.
     // (A no-op on the CPU; one wait per step on a GPU, only with several ranks.)
     be.synchronize();
@@ -84,7 +92,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     else comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
   }
   r.loss = loss_sum / double(accum * world);
-  r.mtp_loss = mtp_sum / double(accum * world);
+  for (const auto& [name, sum_] : aux) r.aux.emplace_back(name, sum_ / double(accum * world));
   if (opt) {
     if (o.phase_times) phase->start();
     r.grad_norm = opt->step(sched.lr_scale, sched.wd_scale, sched.muon_momentum);

@@ -4,6 +4,9 @@
 // all call it, so what they time is the same computation.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "dist/comm.h"
 #include "model/gpt.h"
@@ -14,7 +17,8 @@ namespace clm {
 
 struct StepResult {
   double loss = 0;         // mean training loss over the micro-batches (nats)
-  double mtp_loss = 0;     // the same for the multi-token head (model.mtp_weight > 0), else 0
+  // The model's auxiliary losses by name (GPT::aux_losses), each the same mean as `loss`.
+  std::vector<std::pair<std::string, double>> aux;
   float grad_norm = 0;     // global gradient norm before clipping (0 without an optimizer)
   double seconds = 0;      // device time of the whole step
   // Device time per phase, summed over micro-batches; only with StepOptions::phase_times (each

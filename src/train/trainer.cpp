@@ -489,7 +489,7 @@ TrainResult train(const TrainOptions& o) {
                           {"model_flops_per_second", tps * step_flops_per_token}};
     if (!seq_stages.empty()) row["seq_len"] = Ts;
     if (!batch_stages.empty()) row["batch_tokens"] = step_tokens;
-    if (cfg.model.mtp_weight > 0) row["mtp_loss"] = sr.mtp_loss;
+    for (const auto& [name, value] : sr.aux) row[name] = value;  // e.g. mtp_loss
     if (peak_flops > 0) row["mfu"] = tps * step_flops_per_token / peak_flops;
     if (world > 1) {
       row["comm_seconds"] = sr.comm_seconds;

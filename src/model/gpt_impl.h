@@ -1,0 +1,248 @@
+// The GPT's private state, shared by the files that make up the model (gpt.cpp: layout and
+// parameters; gpt_train.cpp: the training forward and backward and the LM head; gpt_infer.cpp: the
+// cached forward of inference): parameter offsets, activation pointers and the helpers they share.
+// Only the model's own .cpp files include it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/common.h"
+#include "core/profiler.h"
+#include "model/gpt.h"
+
+namespace clm {
+
+inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved view 64B aligned
+
+struct LayerOff {  // parameter offsets of one block (-1 = absent)
+  int64_t attn_g = -1, wqkv = -1, qn_g = -1, kn_g = -1, wo = -1, mlp_g = -1, w_in = -1, w_out = -1;
+  int64_t ve = -1;  // value embedding [Vp, kv width] (model.value_embeds)
+  int64_t x0 = -1;  // embedding-skip weights (a, b) of the block input a x + b x0 (model.x0_skips)
+};
+
+struct LayerAct {  // activation pointers of one block
+  float* x;         // [N,d] block input (residual stream)
+  float* xpre;      // [N,d] the previous block's output before the embedding skip (model.x0_skips)
+  float* mid;       // [N,d] after the attention residual add
+  float* ln1_rstd;  // [N]
+  float* ln1_mm;    // [N,d] attn-norm output in matmul precision
+  float* qraw;      // [B,H,T,hd] q before qk-norm (only with qk_norm)
+  float* kraw;      // [B,Hkv,T,hd]
+  float* q_rstd;    // [B*H*T]
+  float* k_rstd;    // [B*Hkv*T]
+  float* q;         // [B,H,T,hd] after norm + rope
+  float* k;         // [B,Hkv,T,hd]
+  float* v;         // [B,Hkv,T,hd]
+  float* o;         // [B,H,T,hd] attention output
+  float* lse;       // [B*H*T]
+  float* att_mm;    // [N,H*hd] merged attention output in matmul precision
+  float* ln2_rstd;  // [N]
+  float* ln2_mm;    // [N,d]
+  float* h;         // [N,Hd] or [N,2Hd] MLP pre-activation (fp32)
+  float* act_mm;    // [N,Hd] activation output in matmul precision
+};
+
+// Row of the bigram table for the pair (prev, cur): a 64-bit mix of the pair reduced to
+// [0, K - 1); row K - 1 stands for "no previous token" (prev < 0).
+inline int32_t bigram_row(int32_t prev, int32_t cur, int K) {
+  if (prev < 0) return K - 1;
+  uint64_t x = (uint64_t(uint32_t(prev)) << 32) | uint32_t(cur);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return int32_t(x % uint64_t(K - 1));
+}
+
+struct GPTImpl {
+  Backend* be = nullptr;
+  ModelConfig cfg;
+  Activation act = Activation::ReLU2;
+  int max_B, max_T;
+  int d, H, Hkv, hd, Hd, V, Vp, L, qw, kvw, qkvw, hw;  // hw: width of the MLP up projection
+  MatPrec prec = MatPrec::BF16;
+  bool grad_enabled = true;
+  bool bf16_dirty = true;
+  Profiler* prof = nullptr;
+
+  std::vector<Param> params;
+  int64_t nparams = 0;
+  DeviceBuffer P, G, Wb;  // params, grads (fp32) and the bf16 mirror of the params
+  DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
+  std::vector<LayerOff> loff;
+  int64_t off_wte = 0, off_fg = -1, off_head = 0;
+  int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
+  int64_t off_mtp = -1;  // mtp_proj [d, d], when model.mtp_weight > 0
+
+  DeviceBuffer A;  // activation arena
+  DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
+  int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
+  int32_t* tgt2_d = nullptr;  // the multi-token head's targets (the token after next)
+  float* loss_d = nullptr;
+  std::vector<LayerAct> la;
+  float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
+  float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
+  float* dx0 = nullptr;  // backward: the gradient reaching the embedding output through the skips
+  // Multi-token head: u = mtp_proj lnf [N,d] (fp32), its RMSNorm in matmul precision and rstd,
+  // and the gradient of mtp_proj computed in forward (added, scaled, in backward).
+  float *mtp_u = nullptr, *mtp_un = nullptr, *mtp_rstd = nullptr, *mtp_dw = nullptr;
+  float last_mtp = 0;  // mtp_loss() of the last forward
+  int64_t chunk_rows = 0;
+
+  // state of the last forward
+  int B = 0, T = 0;
+  bool have_fwd = false, fwd_had_grad = false;
+
+  const void* w(int64_t off) const {  // weight in matmul precision
+    if (prec == MatPrec::F32) return P.as<float>() + off;
+    return Wb.as<bf16>() + off;
+  }
+  DType mmt() const { return matmul_dtype(prec); }
+  // An fp32 buffer as a matmul input: itself in fp32 mode, else its bf16 rounding written to `dst`.
+  const void* mm_input(const float* src, float* dst, int64_t n) {
+    if (prec == MatPrec::F32) return src;
+    be->convert(src, dst, n, mmt());
+    return dst;
+  }
+  void refresh_bf16() {
+    if (prec == MatPrec::BF16 && bf16_dirty) {
+      ProfRegion pr(prof, "weights.to_bf16", "fwd");
+      be->f32_to_bf16(P.as<float>(), Wb.as<bf16>(), nparams);
+    }
+    bf16_dirty = false;
+  }
+
+  // RMSNorm of rows of width d straight into a matmul-input buffer.
+  void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
+    const float* g = goff >= 0 ? P.as<float>() + goff : nullptr;
+    be->rmsnorm_fwd(x, g, dst, mmt(), rstd, N, d, cfg.norm_eps);
+  }
+  const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
+  // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.
+  void add_bigram(const std::vector<int32_t>& rows, int32_t* row_d, float* x, float* tmp) {
+    const int64_t N = int64_t(rows.size());
+    ProfRegion pr(prof, "embedding.bigram", "fwd");
+    be->to_device(row_d, rows.data(), sizeof(int32_t) * N);
+    be->embedding_fwd(row_d, P.as<float>() + off_big, tmp, N, d);
+    be->axpy(x, 1.0f, tmp, N * d);
+  }
+  float* gp(int64_t off) const { return off >= 0 ? G.as<float>() + off : nullptr; }
+
+  // Scratch of the cached (inference) forward, sized on demand: one LayerAct that every layer
+  // reuses (nothing is kept for backward), the head's row buffers and RoPE tables for `T` positions.
+  struct Infer {
+    DeviceBuffer buf;
+    int64_t N = 0, head_rows = 0;
+    int T = 0;
+    LayerAct a{};
+    float *qkv = nullptr, *tmp_d = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
+          *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr,
+          *x0 = nullptr;  // the embedding output, kept for the skips
+    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr;
+  } inf;
+
+  // Plans one block's activations for N rows (`carve(&ptr, floats)`); the attention log-sum-exp
+  // only when a backward will read it.
+  template <typename Carve>
+  void carve_layer(LayerAct& a, int64_t N, Carve&& carve, bool for_backward) {
+    carve(&a.x, N * d);
+    carve(&a.mid, N * d);
+    carve(&a.ln1_rstd, N);
+    carve(&a.ln1_mm, N * d);
+    if (cfg.qk_norm) {  // the fused head stage writes the pre-norm heads and their rstd
+      carve(&a.qraw, N * qw);
+      carve(&a.kraw, N * kvw);
+      carve(&a.q_rstd, N * H);
+      carve(&a.k_rstd, N * Hkv);
+    } else {
+      a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
+    }
+    carve(&a.q, N * qw);
+    carve(&a.k, N * kvw);
+    carve(&a.v, N * kvw);
+    carve(&a.o, N * qw);
+    if (for_backward) carve(&a.lse, N * H);
+    else a.lse = nullptr;
+    carve(&a.att_mm, N * qw);
+    carve(&a.ln2_rstd, N);
+    carve(&a.ln2_mm, N * d);
+    carve(&a.h, N * hw);
+    carve(&a.act_mm, N * Hd);
+  }
+
+  // Lays out parameters and activations; with allocate, refuses a layout larger than the device
+  // and then allocates it (without, only need_bytes is set, for estimates).
+  void build(bool allocate);
+  size_t need_bytes = 0;  // params + grads + bf16 mirror + activations + io, in bytes
+  // ---- the blocks (gpt_train.cpp: training, gpt_infer.cpp: cached inference) ----
+  // The halves every block shares: the attention RMSNorm of a.x and the fused q/k/v projection
+  // into qkv_buf; and, once attention has written a.att_mm, the output projection, the residual
+  // add and the MLP half, a.x -> xout (may be the same buffer), with `tmp` as scratch.
+  void attn_in(const LayerOff& lo, LayerAct& a, float* qkv_buf, int64_t N);
+  void attn_out_mlp(const LayerOff& lo, LayerAct& a, float* xout, float* tmp, int64_t N);
+  // Training block l on the B x T rows of the last body_fwd: its input (mixed with the embedding
+  // output first, when the block has x0 skip weights), attention over the block's own keys, and
+  // its output into the next block's input (or x_final). Keeps what block_bwd reads.
+  void block_fwd(int l);
+  // Its mirror image: from dres (the gradient of the block's output) to dres = the gradient of its
+  // input, adding the block's weight gradients into G (and the skip's share of x0 into dx0).
+  void block_bwd(int l);
+  // Backward of y = x W^T (x: [N, in] in matmul precision, W at offset w_off: [out, in]) from dy
+  // (matmul precision): G[w_off] += dy^T x, then dtmp = dy W; each half in its own profiler region.
+  void matmul_bwd(const char* dw_name, const char* dx_name, const void* dy, const void* x_mm, int64_t w_off,
+                  int in, int out, int64_t N);
+  // Embedding, the blocks and the final norm of a training/eval forward over B x T rows.
+  void body_fwd(const int32_t* in, int B, int T);
+  // Cached (inference) block l on N packed tokens in the `inf` scratch: each segment's keys and
+  // values go into its area of kc/vc and its queries attend over that area.
+  void block_cached(int l, int64_t N, const std::vector<KVSegment>& segs, float* kc, float* vc);
+  // The multi-token head of a training forward (after the next-token head has written dxf):
+  // its loss against the token after next within each row, the head's and mtp_proj's weight
+  // gradients (into head_dw and mtp_dw) and its input gradient added to dxf, all scaled by
+  // mtp_weight / (positions with a target). Returns the mean loss (nats).
+  double mtp_fwd(const int32_t* targets, int B, int T);
+
+  // ---- the LM head: one pass over rows in chunks, so the logits stay small (gpt_train.cpp) ----
+  struct HeadNames {  // the profiler regions of the head's four steps
+    const char *fwd, *xent, *dx, *dw;
+  };
+  enum class HeadMode {
+    Logits,  // softcap the logits and copy them to the host (`out`, [n, Vp]), padding columns -inf
+    Score,   // softcapped cross-entropy: summed loss, per-row loss and argmax where asked
+    Train,   // Score, then its gradient scaled by gscale straight on, into dx (=) and head_dw (+=)
+  };
+  struct HeadPass {
+    HeadMode mode;
+    HeadNames names;
+    int64_t chunk_rows;  // rows per chunk; `logits` holds chunk_rows x Vp floats
+    float* logits;
+    float gscale = 0;     // Score/Train: passed to softcap_xent
+    float* out = nullptr;  // Logits: host, n x Vp
+  };
+  // One chunk as the pass sees it: its input rows (matmul precision) and, for Score/Train, the
+  // device arrays of those rows: targets (null = none), per-row loss, argmax and input gradient
+  // ([nr, d] fp32), each null when not wanted.
+  struct HeadChunk {
+    const void* x;
+    const int32_t* tgt = nullptr;
+    float* loss = nullptr;
+    int32_t* amax = nullptr;
+    float* dx = nullptr;
+  };
+  // Runs the head over n rows: for each chunk [r0, r0 + nr), rows(r0, nr) hands over its rows
+  // (gathering them first if it must), the head matmul writes their logits, the mode's step
+  // follows, then done(r0, nr) when given. Returns the summed loss (0 for Logits).
+  double head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
+                   const std::function<void(int64_t, int64_t)>& done = {});
+  // The head over N contiguous rows of `x_mm` with chunk_rows and the training buffers: Train when
+  // grad, else Score (device outputs indexed as the rows). Returns the summed loss.
+  double head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                     int32_t* amax, bool grad, float gscale, float* dx);
+  void infer_reserve(int64_t N, int T);
+};
+
+}  // namespace clm

@@ -1,0 +1,352 @@
+// The GPT's training forward and backward (docs/MODEL.md): the blocks as forward/backward pairs
+// of backend ops (block_fwd, block_bwd), the embedding and final norm around them, the multi-token
+// head, and the one LM head pass that every head (training, evaluation, sampling and the cached
+// inference of gpt_infer.cpp) goes through. Each step opens a ProfRegion naming what its ops are
+// for; timing and counting the ops is the profiler's business, not the model's.
+#include <algorithm>
+#include <cmath>
+
+#include "model/gpt_impl.h"
+
+namespace clm {
+
+// ---- blocks --------------------------------------------------------------------------------------
+void GPTImpl::attn_in(const LayerOff& lo, LayerAct& a, float* qkv_buf, int64_t N) {
+  {
+    ProfRegion pr(prof, "rmsnorm.attn", "fwd");
+    norm_to_mm(a.x, lo.attn_g, a.ln1_mm, a.ln1_rstd, N);
+  }
+  ProfRegion pr(prof, "matmul.qkv", "fwd");
+  be->linear_fwd(prec, a.ln1_mm, w(lo.wqkv), qkv_buf, N, d, qkvw);
+}
+
+void GPTImpl::attn_out_mlp(const LayerOff& lo, LayerAct& a, float* xout, float* tmp, int64_t N) {
+  {
+    ProfRegion pr(prof, "matmul.wo", "fwd");
+    be->linear_fwd(prec, a.att_mm, w(lo.wo), tmp, N, qw, d);
+  }
+  {
+    ProfRegion pr(prof, "residual", "fwd");
+    be->residual_fwd(a.x, tmp, a.mid, N * d);
+  }
+  {
+    ProfRegion pr(prof, "rmsnorm.mlp", "fwd");
+    norm_to_mm(a.mid, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N);
+  }
+  {
+    ProfRegion pr(prof, "matmul.mlp_in", "fwd");
+    be->linear_fwd(prec, a.ln2_mm, w(lo.w_in), a.h, N, d, hw);
+  }
+  {
+    ProfRegion pr(prof, "activation", "fwd");
+    be->activation_fwd(act, a.h, a.act_mm, mmt(), N, Hd);
+  }
+  {
+    ProfRegion pr(prof, "matmul.mlp_out", "fwd");
+    be->linear_fwd(prec, a.act_mm, w(lo.w_out), tmp, N, Hd, d);
+  }
+  ProfRegion pr(prof, "residual", "fwd");
+  be->residual_fwd(a.mid, tmp, xout, N * d);
+}
+
+void GPTImpl::block_fwd(int l) {
+  LayerAct& a = la[l];
+  const LayerOff& lo = loff[l];
+  const int64_t N = int64_t(B) * T;
+  if (lo.x0 >= 0) {  // x = a xpre + b x0
+    ProfRegion pr(prof, "x0_skip", "fwd");
+    be->mix2_fwd(a.xpre, la[0].x, pp(lo.x0), a.x, N * d);
+  }
+  attn_in(lo, a, qkv, N);
+  {
+    ProfRegion pr(prof, "qk_norm.rope", "fwd");
+    be->qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), cfg.norm_eps, cos_t, sin_t,
+                      a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
+  }
+  if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
+    ProfRegion pr(prof, "value_embed", "fwd");
+    be->embedding_fwd(tok_d, P.as<float>() + lo.ve, qkv, N, kvw);
+    be->split_heads(qkv, kvw, qkv + N * kvw, B, T, Hkv, hd);
+    be->axpy(a.v, 1.0f, qkv + N * kvw, N * kvw);
+  }
+  {
+    ProfRegion pr(prof, "attention", "fwd");
+    be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd, cfg.attn_window);
+  }
+  {
+    ProfRegion pr(prof, "merge_heads", "fwd");
+    be->merge_heads(a.o, a.att_mm, mmt(), qw, B, T, H, hd);
+  }
+  // The output goes where the next block reads its input: before its skip mix, when it has one.
+  float* xout = l + 1 == L ? x_final : loff[l + 1].x0 >= 0 ? la[l + 1].xpre : la[l + 1].x;
+  attn_out_mlp(lo, a, xout, tmp_d, N);
+}
+
+void GPTImpl::matmul_bwd(const char* dw_name, const char* dx_name, const void* dy, const void* x_mm,
+                         int64_t w_off, int in, int out, int64_t N) {
+  {
+    ProfRegion pr(prof, dw_name, "bwd");
+    be->linear_bwd_weight(prec, dy, x_mm, G.as<float>() + w_off, N, in, out);
+  }
+  ProfRegion pr(prof, dx_name, "bwd");
+  be->linear_bwd_input(prec, dy, w(w_off), dtmp, N, in, out, false);
+}
+
+void GPTImpl::block_bwd(int l) {
+  LayerAct& a = la[l];
+  const LayerOff& lo = loff[l];
+  const int64_t N = int64_t(B) * T;
+  float* g = G.as<float>();
+  // ---- MLP branch: xout = mid + W_out act(W_in norm(mid)) ----
+  matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", mm_input(dres, dmm, N * d), a.act_mm, lo.w_out, Hd, d, N);
+  {
+    ProfRegion pr(prof, "activation", "bwd");
+    be->activation_bwd(act, a.h, dtmp, dmm, mmt(), N, Hd);
+  }
+  matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", dmm, a.ln2_mm, lo.w_in, d, hw, N);
+  {
+    ProfRegion pr(prof, "rmsnorm.mlp", "bwd");
+    be->rmsnorm_bwd(a.mid, pp(lo.mlp_g), a.ln2_rstd, dtmp, dres, gp(lo.mlp_g), N, d);
+  }
+  // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
+  matmul_bwd("matmul.wo.dw", "matmul.wo.dx", mm_input(dres, dmm, N * d), a.att_mm, lo.wo, qw, d, N);
+  {
+    ProfRegion pr(prof, "attention", "bwd");
+    be->split_heads(dtmp, qw, dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
+    be->attention_bwd(a.q, a.k, a.v, a.o, a.lse, dtmp2, dq, dk, dv, B, H, Hkv, T, hd, cfg.attn_window);
+  }
+  if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
+    ProfRegion pr(prof, "value_embed", "bwd");
+    be->merge_heads(dv, dtmp2, DType::F32, kvw, B, T, Hkv, hd);
+    be->embedding_bwd(tok_d, dtmp2, g + lo.ve, N, kvw);
+  }
+  {
+    ProfRegion pr(prof, "qk_norm.rope", "bwd");
+    be->qkv_heads_bwd(dq, dk, dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, pp(lo.qn_g), pp(lo.kn_g), gp(lo.qn_g),
+                      gp(lo.kn_g), B, T, H, Hkv, hd, cfg.qk_norm, cos_t, sin_t, dmm, mmt());
+  }
+  matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", dmm, a.ln1_mm, lo.wqkv, d, qkvw, N);
+  {
+    ProfRegion pr(prof, "rmsnorm.attn", "bwd");
+    be->rmsnorm_bwd(a.x, pp(lo.attn_g), a.ln1_rstd, dtmp, dres, gp(lo.attn_g), N, d);
+  }
+  if (lo.x0 >= 0) {  // x = a xpre + b x0: dres becomes the previous block's output gradient
+    ProfRegion pr(prof, "x0_skip", "bwd");
+    be->mix2_bwd(dres, a.xpre, la[0].x, pp(lo.x0), dres, dx0, g + lo.x0, N * d);
+  }
+}
+
+void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
+  // The arena holds max_B * max_T tokens of every activation (only the RoPE tables have max_T
+  // rows), so any B x T of at most that many tokens fits: the training loop's shorter rows
+  // (train.seq_schedule) are the same tokens cut into more rows.
+  if (B_ <= 0 || T_ <= 0 || T_ > max_T || int64_t(B_) * T_ > int64_t(max_B) * max_T)
+    fail("GPT forward: batch {}x{} exceeds the allocated {}x{} tokens", B_, T_, max_B, max_T);
+  B = B_;
+  T = T_;
+  const int64_t N = int64_t(B) * T;
+  for (int64_t i = 0; i < N; ++i)
+    if (in[i] < 0 || in[i] >= V) fail("GPT forward: token id {} out of range [0, {})", in[i], V);
+  be->to_device(tok_d, in, sizeof(int32_t) * N);
+  refresh_bf16();
+  {
+    ProfRegion pr(prof, "embedding", "fwd");
+    be->embedding_fwd(tok_d, P.as<float>() + off_wte, la[0].x, N, d);
+  }
+  if (off_big >= 0) {  // each training row starts without a previous token
+    std::vector<int32_t> rows(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
+    add_bigram(rows, big_d, la[0].x, tmp_d);
+  }
+  for (int l = 0; l < L; ++l) block_fwd(l);
+  ProfRegion pr(prof, "rmsnorm.final", "fwd");
+  norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
+}
+
+// ---- the LM head -----------------------------------------------------------------------------------
+double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
+                          const std::function<void(int64_t, int64_t)>& done) {
+  double total = 0;
+  for (int64_t r0 = 0; r0 < n; r0 += p.chunk_rows) {
+    const int64_t nr = std::min<int64_t>(p.chunk_rows, n - r0);
+    const HeadChunk c = rows(r0, nr);
+    {
+      ProfRegion pr(prof, p.names.fwd, "fwd");
+      be->linear_fwd(prec, c.x, w(off_head), p.logits, nr, d, Vp);
+    }
+    if (p.mode == HeadMode::Logits) {
+      be->softcap_fwd(p.logits, nr * Vp, cfg.logit_softcap);
+      float* out = p.out + r0 * Vp;
+      be->to_host(out, p.logits, sizeof(float) * nr * Vp);
+      for (int64_t r = 0; r < nr; ++r)  // the padding columns are no tokens
+        for (int j = V; j < Vp; ++j) out[r * Vp + j] = -INFINITY;
+    } else {
+      const bool grad = p.mode == HeadMode::Train;
+      {
+        ProfRegion pr(prof, p.names.xent, "fwd");
+        total += be->softcap_xent(p.logits, c.tgt, nr, V, Vp, cfg.logit_softcap, c.loss, c.amax, grad, p.gscale);
+      }
+      if (grad) {
+        const void* dlogits = mm_input(p.logits, logits_mm, nr * Vp);
+        {
+          ProfRegion pr(prof, p.names.dx, "bwd");
+          be->linear_bwd_input(prec, dlogits, w(off_head), c.dx, nr, d, Vp, false);
+        }
+        ProfRegion pr(prof, p.names.dw, "bwd");
+        be->linear_bwd_weight(prec, dlogits, c.x, head_dw, nr, d, Vp);
+      }
+    }
+    if (done) done(r0, nr);
+  }
+  return total;
+}
+
+double GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                            int32_t* amax, bool grad, float gscale, float* dx) {
+  const int mmb = prec == MatPrec::BF16 ? 2 : 4;
+  const HeadPass p{grad ? HeadMode::Train : HeadMode::Score, names, chunk_rows, logits, gscale};
+  return head_pass(p, N, [&](int64_t r0, int64_t) {
+    return HeadChunk{x_mm + r0 * d * mmb / 4, tgt ? tgt + r0 : nullptr, loss ? loss + r0 : nullptr,
+                     amax ? amax + r0 : nullptr, dx + r0 * d};
+  });
+}
+
+double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
+  const int64_t N = int64_t(B_) * T_;
+  // Position t of a row predicts the target of position t + 1 (the token after next); the last
+  // position of each row has none.
+  std::vector<int32_t> tgt2(size_t(N), -1);
+  int64_t valid = 0;
+  for (int b = 0; b < B_; ++b)
+    for (int t = 0; t + 1 < T_; ++t) {
+      const int64_t i = int64_t(b) * T_ + t;
+      tgt2[size_t(i)] = targets[i + 1];
+      valid += targets[i + 1] >= 0;
+    }
+  be->to_device(tgt2_d, tgt2.data(), sizeof(int32_t) * N);
+  const float gscale = valid > 0 ? cfg.mtp_weight / float(valid) : 0.0f;
+  {
+    ProfRegion pr(prof, "matmul.mtp_proj", "fwd");
+    be->linear_fwd(prec, lnf_mm, w(off_mtp), mtp_u, N, d, d);
+  }
+  {
+    ProfRegion pr(prof, "rmsnorm.mtp", "fwd");
+    norm_to_mm(mtp_u, -1, mtp_un, mtp_rstd, N);
+  }
+  // The head, as for the next-token loss; the gradient of its normed input goes into dtmp.
+  float* dun = dtmp;
+  const double total = head_chunks({"matmul.mtp_head", "softcap_xent.mtp", "matmul.mtp_head.dx", "matmul.mtp_head.dw"},
+                                   mtp_un, tgt2_d, N, nullptr, nullptr, true, gscale, dun);
+  {
+    ProfRegion pr(prof, "rmsnorm.mtp", "bwd");
+    be->zero(dtmp2, sizeof(float) * N * d);
+    be->rmsnorm_bwd(mtp_u, nullptr, mtp_rstd, dun, dtmp2, nullptr, N, d);
+  }
+  const void* du = mm_input(dtmp2, dmm, N * d);
+  {
+    ProfRegion pr(prof, "matmul.mtp_proj.dw", "bwd");
+    be->zero(mtp_dw, sizeof(float) * int64_t(d) * d);
+    be->linear_bwd_weight(prec, du, lnf_mm, mtp_dw, N, d, d);
+  }
+  {
+    ProfRegion pr(prof, "matmul.mtp_proj.dx", "bwd");
+    be->linear_bwd_input(prec, du, w(off_mtp), dxf, N, d, d, true);  // onto the next-token head's
+  }
+  return valid > 0 ? total / double(valid) : 0.0;
+}
+
+// ---- the model's training entry points -------------------------------------------------------------
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss,
+                   int32_t* argmax) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  m.have_fwd = false;
+  m.body_fwd(inputs, B, T);
+  const int64_t N = int64_t(B) * T;
+  int64_t valid = 0;
+  if (targets) {
+    for (int64_t i = 0; i < N; ++i) {
+      if (targets[i] >= m.V) fail("GPT forward: target id {} out of range [0, {})", targets[i], m.V);
+      valid += targets[i] >= 0;
+    }
+    be.to_device(m.tgt_d, targets, sizeof(int32_t) * N);
+  }
+  const bool grad = m.grad_enabled && targets != nullptr;
+  const float gscale = valid > 0 ? 1.0f / float(valid) : 0.0f;
+  if (grad) be.zero(m.head_dw, sizeof(float) * int64_t(m.Vp) * m.d);
+  const double total =
+      m.head_chunks({"matmul.head", "softcap_xent", "matmul.head.dx", "matmul.head.dw"}, m.lnf_mm,
+                    targets ? m.tgt_d : nullptr, N, token_loss ? m.loss_d : nullptr, argmax ? m.argmax_d : nullptr,
+                    grad, gscale, m.dxf);
+  if (token_loss) {
+    if (targets) be.to_host(token_loss, m.loss_d, sizeof(float) * N);
+    else std::fill(token_loss, token_loss + N, 0.0f);
+  }
+  if (argmax) be.to_host(argmax, m.argmax_d, sizeof(int32_t) * N);
+  float mean = valid > 0 ? float(total / double(valid)) : 0.0f;
+  if (!std::isfinite(mean)) throw NonFiniteError(fmt::format("GPT forward: loss is not finite ({})", mean));
+  m.last_mtp = 0;
+  if (grad && m.off_mtp >= 0) {
+    m.last_mtp = float(m.mtp_fwd(targets, B, T));
+    if (!std::isfinite(m.last_mtp))
+      throw NonFiniteError(fmt::format("GPT forward: multi-token loss is not finite ({})", m.last_mtp));
+  }
+  m.have_fwd = true;
+  m.fwd_had_grad = grad;
+  return mean;
+}
+
+std::vector<std::pair<std::string, double>> GPT::aux_losses() const {
+  if (!(impl->cfg.mtp_weight > 0)) return {};
+  return {{"mtp_loss", double(impl->last_mtp)}};
+}
+
+void GPT::backward(float loss_scale) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  if (!m.have_fwd || !m.fwd_had_grad)
+    fail("GPT backward: no forward with targets and gradients enabled precedes it");
+  m.have_fwd = false;
+  const int d = m.d;
+  const int64_t N = int64_t(m.B) * m.T;
+  float* G = m.G.as<float>();
+  {
+    ProfRegion pr(m.prof, "head.grad_accum", "bwd");
+    be.axpy(G + m.off_head, loss_scale, m.head_dw, int64_t(m.Vp) * d);
+    if (m.off_mtp >= 0) be.axpy(G + m.off_mtp, loss_scale, m.mtp_dw, int64_t(d) * d);
+  }
+  {
+    ProfRegion pr(m.prof, "rmsnorm.final", "bwd");
+    be.scale(m.dxf, loss_scale, N * d);
+    be.zero(m.dres, sizeof(float) * N * d);
+    be.rmsnorm_bwd(m.x_final, m.pp(m.off_fg), m.lnf_rstd, m.dxf, m.dres, m.gp(m.off_fg), N, d);
+  }
+  if (m.dx0) be.zero(m.dx0, sizeof(float) * N * d);
+  for (int l = m.L - 1; l >= 0; --l) m.block_bwd(l);
+  if (m.dx0) be.axpy(m.dres, 1.0f, m.dx0, N * d);  // the embedding output's gradient through the skips
+  {
+    ProfRegion pr(m.prof, "embedding", "bwd");
+    be.embedding_bwd(m.tok_d, m.dres, G + m.off_wte, N, d);
+    if (m.off_big >= 0) be.embedding_bwd(m.big_d, m.dres, G + m.off_big, N, d);  // rows of the forward
+  }
+  m.bf16_dirty = true;  // an optimizer step normally follows
+}
+
+void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
+  GPTImpl& m = *impl;
+  Backend& be = *m.be;
+  m.have_fwd = false;
+  m.body_fwd(inputs, B, T);
+  const int d = m.d;
+  const int mmb = m.prec == MatPrec::BF16 ? 2 : 4;
+  // gather the last row of each sequence (matmul-precision rows are d*mmb bytes)
+  char* rows = reinterpret_cast<char*>(m.tmp_mm);
+  const char* src = reinterpret_cast<const char*>(m.lnf_mm);
+  for (int b = 0; b < B; ++b)
+    be.copy(rows + int64_t(b) * d * mmb, src + (int64_t(b) * T + T - 1) * d * mmb, size_t(d) * mmb);
+  const GPTImpl::HeadPass p{GPTImpl::HeadMode::Logits, {"matmul.head", nullptr, nullptr, nullptr}, m.chunk_rows,
+                            m.logits, 0.0f, out};
+  m.head_pass(p, B, [&](int64_t b0, int64_t) { return GPTImpl::HeadChunk{rows + b0 * d * mmb}; });
+}
+
+}  // namespace clm
