@@ -120,11 +120,11 @@ void TrainLoop::checkpoint(const char* why) {
   comm_.barrier();
 }
 
-BpbResult TrainLoop::evaluate(int64_t n_tokens, bool show_progress) {
+BpbResult TrainLoop::evaluate(int64_t n_tokens, bool print_progress) {
   model_.set_profiler(nullptr);  // evaluation is not part of the profiled training steps
   try {
     return eval_bpb(model_, *run_.dataset, n_tokens, run_.eval_batch, run_.seq_len,
-                    show_progress && !run_.quiet ? stderr : nullptr, &comm_);
+                    print_progress && !run_.quiet ? stderr : nullptr, &comm_);
   } catch (const NonFiniteError&) {
     throw CollectiveError(fmt::format("training diverged: validation loss is not finite after step {}; {}",
                                       state_.step, diverged_note()));
@@ -236,8 +236,8 @@ void TrainLoop::show_progress(double tps, double step_flops_per_token, const Sch
 
 // The bookkeeping of a finished step: state, metrics row, periodic evaluation, progress line,
 // the profile's end and the periodic checkpoint.
-void TrainLoop::after_step(const StepResult& sr, double dt, int64_t step_tokens, int row_len,
-                           const ScheduleValues& sv) {
+void TrainLoop::after_step(const StepResult& sr, int64_t step_tokens, int row_len, const ScheduleValues& sv) {
+  const double dt = sr.seconds;  // the slowest rank's (timed_step)
   ++state_.step;
   state_.tokens += step_tokens;
   last_loss_ = sr.loss;
@@ -316,7 +316,7 @@ LoopEnd TrainLoop::run() {
       prof_seconds_ += sr.seconds;
       prof_.mark_step(t_begin, t_begin + sr.seconds);
     }
-    after_step(sr, sr.seconds, step_tokens, row_len, sv);
+    after_step(sr, step_tokens, row_len, sv);
   }
 }
 

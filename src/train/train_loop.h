@@ -43,7 +43,7 @@ class TrainLoop {
   // start the next step and count rank 0's write as device time while waiting in its first collective.
   void checkpoint(const char* why);
   // Validation bpb over n_tokens, split over the ranks; a non-finite loss fails the run.
-  BpbResult evaluate(int64_t n_tokens, bool show_progress);
+  BpbResult evaluate(int64_t n_tokens, bool print_progress);
   Progress* progress() { return progress_.get(); }
   void log(const nlohmann::json& row) { metrics_->append(row); }  // rank 0 only
   double last_loss() const { return last_loss_; }
@@ -60,7 +60,7 @@ class TrainLoop {
   void print_banner() const;
   std::optional<LoopEnd> stop_before_step();
   StepResult timed_step(int64_t micro_batches, int rows, int row_len, const ScheduleValues& sv);
-  void after_step(const StepResult& sr, double dt, int64_t step_tokens, int row_len, const ScheduleValues& sv);
+  void after_step(const StepResult& sr, int64_t step_tokens, int row_len, const ScheduleValues& sv);
   bool periodic_eval(double pos, nlohmann::json& row);
   void show_progress(double tps, double step_flops_per_token, const ScheduleValues& sv);
 
