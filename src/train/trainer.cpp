@@ -103,14 +103,13 @@ TrainState start_or_restore(const RunContext& run, TrainSetup& setup) {
 
   const std::string path = latest_checkpoint(run.dir);
   const nlohmann::json meta = load_checkpoint(path, run.cfg, *setup.model, *setup.optimizer);
-  TrainState saved = TrainState::from_json(meta, fresh, setup.model->flops_per_token(run.seq_len), path);
-  if (!saved.tokenizer_hash.empty() && saved.tokenizer_hash != run.info.tokenizer_hash)
-    fail("{} was trained on data with tokenizer {}, but {} has tokenizer {}", run.dir, saved.tokenizer_hash,
+  TrainState state = TrainState::from_json(meta, fresh, setup.model->flops_per_token(run.seq_len), path);
+  if (!state.tokenizer_hash.empty() && state.tokenizer_hash != run.info.tokenizer_hash)
+    fail("{} was trained on data with tokenizer {}, but {} has tokenizer {}", run.dir, state.tokenizer_hash,
          run.o.data_dir, run.info.tokenizer_hash);
-  setup.loader->restore(rank_loader_position(run, saved, path));
-  TrainState state = saved;
+  setup.loader->restore(rank_loader_position(run, state, path));
   state.clock.budget = fresh.clock.budget;  // the budget is the config's (or --budget's), not the file's
-  state.world = fresh.world;
+  state.world = fresh.world;  // the next checkpoint records this job's ranks and dataset
   state.tokenizer_hash = fresh.tokenizer_hash;
   if (!run.quiet)
     std::fprintf(stderr, "train: resumed %s at step %lld (%.1fs of budget used)\n", path.c_str(),
