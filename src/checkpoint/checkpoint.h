@@ -1,5 +1,5 @@
 // Checkpoints: one binary file holding the weights, the optimizer state and the trainer's state
-// (step, tokens, budget used, data position, RNG), guarded by a header, the config hash and a
+// (TrainState: step, tokens, budget used, data positions), guarded by a header, the config hash and a
 // checksum, written atomically. Format in docs/CHECKPOINT.md.
 #pragma once
 #include <cstdint>

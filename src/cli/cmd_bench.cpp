@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "core/profiler.h"
 #include "optim/optim.h"
+#include "train/train_setup.h"
 #include "train/train_step.h"
 
 namespace clm {
@@ -87,10 +88,14 @@ void run_bench_train(const BenchArgs& a) {
   omp_set_num_threads(threads);
 
   std::shared_ptr<Backend> be = make_backend(a.device);
-  GPT model(mc, a.batch, a.seq, *be);
-  model.init_weights(1234);
-  std::unique_ptr<Optimizer> opt;
-  if (!a.no_optim) opt = std::make_unique<Optimizer>(model.params(), rc.optim);
+  TrainSetupOptions setup_options;
+  setup_options.batch = a.batch;
+  setup_options.seq_len = a.seq;
+  setup_options.seed = 1234;
+  setup_options.optimizer = !a.no_optim;
+  TrainSetup setup = build_train_setup(rc, *be, setup_options);
+  GPT& model = *setup.model;
+  std::unique_ptr<Optimizer>& opt = setup.optimizer;
   const std::string ns_prec = prec_name(resolve_precision(rc.optim.matrix.ns_precision, *be));
   std::string opt_desc = a.no_optim ? "none (forward+backward only)"
                                     : fmt::format("matrix={} embed={} head={} scalar={}",
@@ -98,11 +103,7 @@ void run_bench_train(const BenchArgs& a) {
                                                   rc.optim.head.kind, rc.optim.scalar.kind);
   const int64_t N = int64_t(a.batch) * a.seq;
   std::vector<int32_t> in(N), tg(N);
-  Rng rng(42);
-  for (int64_t i = 0; i < N; ++i) {
-    in[i] = int32_t(rng.next() % uint64_t(mc.vocab_size));
-    tg[i] = int32_t(rng.next() % uint64_t(mc.vocab_size));
-  }
+  fill_synthetic_tokens(42, mc.vocab_size, in, tg);
 
   Profiler prof;
   if (a.profile) {

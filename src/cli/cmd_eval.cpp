@@ -108,23 +108,23 @@ void register_eval_commands(CLI::App& app) {
   struct LogitsArgs {
     std::string checkpoint, input, out, device = "auto", precision = "fp32";
   };
-  auto la = std::make_shared<LogitsArgs>();
+  auto logits_args = std::make_shared<LogitsArgs>();
   auto* lg = ev->add_subcommand("logits", "Full logits of token rows, as raw fp32 [rows, T, vocab_size] (to compare runtimes)");
-  lg->add_option("--checkpoint", la->checkpoint, "Checkpoint file or run folder")->required();
-  lg->add_option("--input", la->input, "Token rows: one row of space-separated ids per line, all the same length")->required();
-  lg->add_option("--out", la->out, "Output file: little-endian fp32, row-major [rows, T, vocab_size]")->required();
-  lg->add_option("--matmul-precision", la->precision, "fp32 (the exact reference) | bf16 | auto (the run's)")
+  lg->add_option("--checkpoint", logits_args->checkpoint, "Checkpoint file or run folder")->required();
+  lg->add_option("--input", logits_args->input, "Token rows: one row of space-separated ids per line, all the same length")->required();
+  lg->add_option("--out", logits_args->out, "Output file: little-endian fp32, row-major [rows, T, vocab_size]")->required();
+  lg->add_option("--matmul-precision", logits_args->precision, "fp32 (the exact reference) | bf16 | auto (the run's)")
       ->capture_default_str();
-  lg->add_option("--device", la->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
-  lg->callback([la] {
-    std::vector<std::vector<int32_t>> rows = read_token_rows(la->input);
-    LoadedModel lm = load_model_for_eval(la->checkpoint, 1, int(rows[0].size()), la->device);
-    const std::string prec = la->precision == "auto" ? lm.cfg.model.matmul_precision : la->precision;
+  lg->add_option("--device", logits_args->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
+  lg->callback([logits_args] {
+    std::vector<std::vector<int32_t>> rows = read_token_rows(logits_args->input);
+    LoadedModel lm = load_model_for_eval(logits_args->checkpoint, 1, int(rows[0].size()), logits_args->device);
+    const std::string prec = logits_args->precision == "auto" ? lm.cfg.model.matmul_precision : logits_args->precision;
     lm.gpt->set_matmul_precision(resolve_precision(prec, lm.gpt->backend()));
     std::vector<float> z = row_logits(*lm.gpt, rows);
-    atomic_write(la->out, std::string_view(reinterpret_cast<const char*>(z.data()), z.size() * sizeof(float)));
+    atomic_write(logits_args->out, std::string_view(reinterpret_cast<const char*>(z.data()), z.size() * sizeof(float)));
     std::printf("logits [%zu, %zu, %d] (fp32, %s matmuls) -> %s\n", rows.size(), rows[0].size(),
-                lm.cfg.model.vocab_size, prec_name(lm.gpt->matmul_precision()), la->out.c_str());
+                lm.cfg.model.vocab_size, prec_name(lm.gpt->matmul_precision()), logits_args->out.c_str());
   });
 
   // ---- sample ----

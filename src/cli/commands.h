@@ -5,7 +5,7 @@
 namespace clm {
 void register_tokenizer_commands(CLI::App& app);  // tokenizer train|encode|decode   (cli/cmd_tokenizer.cpp)
 void register_data_commands(CLI::App& app);       // prepare, data inspect          (cli/cmd_data.cpp)
-void register_engine_commands(CLI::App& app);     // model, train                  (cli/cmd_engine.cpp)
+void register_train_commands(CLI::App& app);      // model, train                  (cli/cmd_train.cpp)
 void register_eval_commands(CLI::App& app);       // eval bpb|core, sample          (cli/cmd_eval.cpp)
 void register_exp_commands(CLI::App& app);        // roofline, profile, runs, report, compare,
                                                   // leaderboard, sweep             (cli/cmd_exp.cpp)

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   clm::register_info_commands(app);
   clm::register_tokenizer_commands(app);
   clm::register_data_commands(app);
-  clm::register_engine_commands(app);
+  clm::register_train_commands(app);
   clm::register_bench_commands(app);
   clm::register_eval_commands(app);
   clm::register_export_commands(app);

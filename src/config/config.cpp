@@ -245,8 +245,8 @@ RunConfig preset_baseline_50m() {
   c.model.vocab_size = 32768;
   c.model.seq_len = 1024;
   scale_adamw_lrs(c);
-  // ~100 steps of 4096 tokens fit a 10-minute CPU budget; smaller batches would make Muon's
-  // Newton-Schulz (~1 s per step for this model) a large share of every step.
+  // Steps of 4096 tokens: many steps fit a 10-minute CPU budget, yet each is large enough that
+  // Muon's Newton-Schulz, whose cost does not shrink with the batch, stays a modest share of it.
   c.train.batch_tokens = 4096;
   c.train.micro_batch = 4;
   return c;
@@ -313,15 +313,11 @@ RunConfig preset_server_4h() {
   return c;
 }
 
-// The measured 10-minute CPU recipe (bench/results/recipe.md): at a few minutes of a 2-core CPU
-// the smaller, faster shape wins: 3 layers of width 192 (AdamW lrs by the 1/sqrt(width) rule) and
-// 256-token rows (16 per micro-batch of 4096 tokens), with a value embedding in every block
-// (-0.040 bpb at 2.2M tokens over two seeds, -0.044 at 5.6M) and Muon's Newton-Schulz on Polar
-// Express coefficients (-0.003 to -0.006 at 2.2M tokens in each of four seed pairs, at no cost);
-// vocab from the dataset (measured with 8192); budget 10 minutes. Steps of 4096 tokens for the
-// first half of the budget, then 8192 (train.batch_schedule: -0.018 and -0.007 bpb in two seeds at
-// 10 minutes of a bf16 Zen 5 against 4096 throughout, the same tokens read; recipe.md, "Seventh
-// screen").
+// The 10-minute CPU recipe: a small, fast shape, 3 layers of width 192 (AdamW lrs by the
+// 1/sqrt(width) rule) and 256-token rows (16 per micro-batch of 4096 tokens), with a value embedding
+// in every block and Muon's Newton-Schulz on Polar Express coefficients; vocab from the dataset;
+// budget 10 minutes. Steps of 4096 tokens for the first half of the budget, then 8192
+// (train.batch_schedule, the same tokens read). Why each choice: bench/RESULTS.md, "Presets".
 RunConfig preset_speedrun_10m() {
   RunConfig c;
   c.name = "speedrun-10m";
@@ -345,13 +341,9 @@ RunConfig preset_speedrun_10m() {
   return c;
 }
 
-// The 30-minute CPU recipe: the depth rule at depth 3 (3 x 192, 1024-token rows), the planner's
-// pick for 30 minutes of a 2-core CPU (1.631 bpb against d4's 1.656 and d2's 1.755 on an fp32 Xeon;
-// bench/results/plan.md), with the two levers that won on the 10-minute shape: a value embedding in
-// every block and Polar Express coefficients. So built it reached 1.549 against d4's 1.577 at 30
-// minutes of a bf16 Zen 5 (bench/results/recipe.md, "Sixth screen"; plain d3 was not run there).
-// The 256-token-row shapes that win at 10 minutes lose at ~17M tokens (4 x 192 at seq 256: +0.024
-// bpb against d4). Budget 30 minutes.
+// The 30-minute CPU recipe: the depth rule at depth 3 (3 x 192, 1024-token rows) with the two
+// levers of the 10-minute shape, a value embedding in every block and Polar Express coefficients.
+// Budget 30 minutes. Why this shape: bench/RESULTS.md, "Presets".
 RunConfig preset_speedrun_30m() {
   RunConfig c = preset_d(3);
   c.name = "speedrun-30m";

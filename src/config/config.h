@@ -28,7 +28,7 @@ struct TrainConfig {
   int log_every = 1;             // steps between metrics.jsonl rows
   uint64_t seed = 1337;
   int threads = 0;               // 0 = default_threads()
-  // Added by the training loop (see docs/CONFIG.md):
+  // Schedules, deterministic mode, evaluation and checkpoint keeping (see docs/CONFIG.md):
   float muon_momentum_start = 0.85f;  // Muon momentum at the start of its warmup
   std::string wd_schedule = "linear"; // constant | linear (to 0 at the end) | lr (follows the lr scale)
   int64_t max_steps = 0;         // > 0: deterministic mode, schedules over steps, stop at max_steps

@@ -1,5 +1,5 @@
 // Progress display shared by train, prepare and CORE evaluation: a live status line on a terminal,
-// plain periodic log lines otherwise. Owned by issue 5.
+// plain periodic log lines otherwise.
 #pragma once
 #include <cstdio>
 #include <string>

@@ -17,6 +17,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "train/schedule.h"
+#include "train/train_setup.h"
 #include "train/train_step.h"
 
 namespace fs = std::filesystem;
@@ -47,17 +48,17 @@ PlanData plan_data(const std::string& dir) {
 // time times the micro-batches per step plus the update. Best of `reps`.
 double time_step_tokens_per_second(const RunConfig& c, Backend& be, int reps) {
   const int B = c.train.micro_batch, T = c.model.seq_len;
-  GPT model(c.model, B, T, be);
-  model.init_weights(c.train.seed);
-  Optimizer opt(model.params(), c.optim);
+  TrainSetupOptions setup_options;
+  setup_options.batch = B;
+  setup_options.seq_len = T;
+  setup_options.seed = c.train.seed;
+  TrainSetup setup = build_train_setup(c, be, setup_options);
+  GPT& model = *setup.model;
+  Optimizer& opt = *setup.optimizer;
   opt.warmup();
   const int64_t N = int64_t(B) * T;
   std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
-  Rng rng(42);
-  for (int64_t i = 0; i < N; ++i) {
-    in[size_t(i)] = int32_t(rng.next() % uint64_t(c.model.vocab_size));
-    tg[size_t(i)] = int32_t(rng.next() % uint64_t(c.model.vocab_size));
-  }
+  fill_synthetic_tokens(42, c.model.vocab_size, in, tg);
   const ScheduleValues sched{1.0f, 1.0f, c.optim.matrix.momentum};
   StepOptions so;
   so.phase_times = true;
@@ -130,9 +131,8 @@ PlanCandidate make_candidate(RunConfig cfg, bool preset, const PlanOptions& o, c
   const int B = c.cfg.train.micro_batch, T = c.cfg.model.seq_len;
   c.matrix_params = double(count_params(c.cfg.model).matrix);
   c.flops_per_token = flops_per_token(c.cfg.model, T);
-  const size_t extra = c.cfg.train.batch_tokens > int64_t(B) * T ? 12 : 8;
-  c.memory_bytes = double(GPT::memory_need(c.cfg.model, B, T, be)) +
-                   double(count_params(c.cfg.model).total()) * double(extra);
+  c.memory_bytes =
+      double(training_memory_bytes(c.cfg.model, B, T, be, c.cfg.train.batch_tokens > int64_t(B) * T));
   c.fits = c.memory_bytes <= double(be.memory_capacity());
   return c;
 }

@@ -1,6 +1,6 @@
 // Line plots for reports and comparisons, as SVG and PNG. gnuplot (Debian gnuplot-nox: svg and
 // pngcairo terminals) draws both when it is installed; without it a built-in SVG writer draws the
-// SVG and the PNG is skipped with a note. Owned by issue 5.
+// SVG and the PNG is skipped with a note.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // Profile analysis: turns the OpEvents a Profiler recorded into per-op aggregates against this
 // machine's roofline (achieved FLOP/s and GB/s, arithmetic intensity, fraction of the roofline
 // bound, compute- or memory-bound), a sorted table, profile.json and a Chrome trace (trace.json,
-// opens in Perfetto or chrome://tracing). Owned by issue 5.
+// opens in Perfetto or chrome://tracing).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "train/train_setup.h"
 #include "train/train_step.h"
 
 namespace clm {
@@ -28,15 +29,15 @@ ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
   omp_set_num_threads(threads);
 
   std::shared_ptr<Backend> be = make_backend(o.device);
-  GPT model(cfg.model, B, T, *be);
-  model.init_weights(cfg.train.seed);
-  Optimizer opt(model.params(), cfg.optim);
+  TrainSetupOptions so;
+  so.batch = B;
+  so.seq_len = T;
+  so.seed = cfg.train.seed;
+  TrainSetup setup = build_train_setup(cfg, *be, so);
+  GPT& model = *setup.model;
+  Optimizer& opt = *setup.optimizer;
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
-  Rng rng(cfg.train.seed);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
-    targets[i] = int32_t(rng.next() % uint64_t(cfg.model.vocab_size));
-  }
+  fill_synthetic_tokens(cfg.train.seed, cfg.model.vocab_size, inputs, targets);
   const ScheduleValues sched{1.0f, 1.0f, cfg.optim.matrix.momentum};
   auto step = [&] {
     try {

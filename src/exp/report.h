@@ -1,6 +1,5 @@
 // Reports on recorded runs: `runs` (list), `report` (one run: report.md + plots), `compare` (side by
 // side, differences highlighted, overlaid curves) and `leaderboard` (ranked by final val bpb).
-// Owned by issue 5.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 // Facts recorded with every run: clocklm version, git commit of the source, machine description.
-// Owned by issue 5; written by the training loop into RUN/run.json.
+// The training loop writes them into RUN/run.json.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // Reading training run directories (layout in docs/FORMATS.md): config.json, run.json,
 // metrics.jsonl and summary.json, plus the key numbers `runs`, `report`, `compare` and
-// `leaderboard` show. Owned by issue 5.
+// `leaderboard` show.
 #pragma once
 #include <string>
 #include <utility>

@@ -90,7 +90,7 @@ struct GPTImpl {
   // Multi-token head: u = mtp_proj lnf [N,d] (fp32), its RMSNorm in matmul precision and rstd,
   // and the gradient of mtp_proj computed in forward (added, scaled, in backward).
   float *mtp_u = nullptr, *mtp_un = nullptr, *mtp_rstd = nullptr, *mtp_dw = nullptr;
-  float last_mtp = 0;  // mtp_loss() of the last forward
+  float last_mtp = 0;  // the multi-token head's loss in the last forward (aux_losses)
   int64_t chunk_rows = 0;
 
   // state of the last forward

@@ -1,4 +1,4 @@
-// BPE trainer interface (issue 3): learns merges from documents with incremental pair counts.
+// BPE trainer interface: learns merges from documents with incremental pair counts.
 #pragma once
 #include <cstdint>
 #include <string>

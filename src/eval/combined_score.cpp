@@ -1,9 +1,9 @@
-// The server stage's combined score (see stage2.h).
-#include "eval/stage2.h"
+// The server stage's combined score (see combined_score.h).
+#include "eval/combined_score.h"
 
 namespace clm {
 
-nlohmann::json stage2_score(double val_bpb, double core) {
+nlohmann::json bpb_core_score(double val_bpb, double core) {
   const double bpb_term = 1.0 - val_bpb, core_term = core;
   return {{"score", 0.5 * bpb_term + 0.5 * core_term},
           {"bpb_term", bpb_term},

@@ -10,6 +10,6 @@
 namespace clm {
 
 // {"score", "bpb_term", "core_term", "val_bpb", "core", "formula"} for summary.json.
-nlohmann::json stage2_score(double val_bpb, double core);
+nlohmann::json bpb_core_score(double val_bpb, double core);
 
 }  // namespace clm

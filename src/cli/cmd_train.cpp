@@ -1,4 +1,4 @@
-// Subcommands of the engine area: `model` (parameter count and FLOPs of a config) and `train` (the
+// The model and training subcommands: `model` (parameter count and FLOPs of a config) and `train` (the
 // budgeted training loop, src/train/).
 #include <cstdio>
 #include <cstdlib>
@@ -77,7 +77,7 @@ std::vector<std::string> own_argv() {
 
 }  // namespace
 
-void register_engine_commands(CLI::App& app) {
+void register_train_commands(CLI::App& app) {
   // ---- model ----
   {
     auto* cmd = app.add_subcommand("model", "Print a config's parameter count (by group) and FLOPs per token");
