@@ -20,6 +20,7 @@
 
 #include "core/common.h"
 #include "backend/backend.h"
+#include "backend/profiled_backend.h"
 #include "core/profiler.h"
 
 namespace clm {
@@ -82,6 +83,10 @@ int32_t bigram_row(int32_t prev, int32_t cur, int K) {
 }  // namespace
 
 struct GPTImpl {
+  // While a profiler is attached, be points at this decorator over `device` (set_profiler); it is
+  // kept for the model's lifetime, before every buffer, since buffers may be allocated through it.
+  std::unique_ptr<ProfiledBackend> profiled;
+  Backend* device = nullptr;
   Backend* be = nullptr;
   ModelConfig cfg;
   Activation act = Activation::ReLU2;
@@ -389,8 +394,10 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
   if (!segs) {
     {
       PROF("qk_norm.rope", "fwd", 10.0 * N * (qw + kvw), 4.0 * N * (qkvw * 2 + qw + kvw));
-      be->qkv_heads_fwd(qkv_buf, B_, T_, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps, cos_tab,
-                        sin_tab, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
+      be->qkv_heads_fwd({.shape = {.B = B_, .H = H, .Hkv = Hkv, .hd = hd}, .T = T_,
+                         .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = eps},
+                         .rope = {.cos_t = cos_tab, .sin_t = sin_tab}, .qkv = qkv_buf, .qraw = a.qraw,
+                         .kraw = a.kraw, .q_rstd = a.q_rstd, .k_rstd = a.k_rstd, .q = a.q, .k = a.k, .v = a.v});
     }
     if (lo.ve >= 0) {  // qkv_buf is free now: the embedding rows, then their heads layout
       PROF("value_embed", "fwd", N * kvw, 20.0 * N * kvw);
@@ -401,7 +408,8 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
     {
       PROF("attention", "fwd", 4.0 * B_ * H * hd * double(T_) * mean_attended_keys(T_, cfg.attn_window),
            4.0 * N * (2 * qw + 2 * kvw));
-      be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B_, H, Hkv, T_, T_, T_, hd, cfg.attn_window);
+      be->attention_fwd({.shape = {.B = B_, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = T_, .Tk = T_, .Tk_cap = T_,
+                         .window = cfg.attn_window, .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse});
     }
     {
       PROF("merge_heads", "fwd", 0, (4.0 + mmb) * N * qw);
@@ -415,11 +423,15 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
     for (const KVSegment& sg : *segs) {
       // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
       const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
-      be->qkv_heads_fwd(qkv_buf + sg.off * qkvw, 1, sg.n, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), eps,
-                        cos_tab + rope_off, sin_tab + rope_off, a.qraw ? a.qraw + sg.off * qw : nullptr,
-                        a.kraw ? a.kraw + sg.off * kvw : nullptr, a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
-                        a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, a.q + sg.off * qw, a.k + sg.off * kvw,
-                        a.v + sg.off * kvw);
+      be->qkv_heads_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .T = sg.n,
+                         .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = eps},
+                         .rope = {.cos_t = cos_tab + rope_off, .sin_t = sin_tab + rope_off},
+                         .qkv = qkv_buf + sg.off * qkvw,
+                         .qraw = a.qraw ? a.qraw + sg.off * qw : nullptr,
+                         .kraw = a.kraw ? a.kraw + sg.off * kvw : nullptr,
+                         .q_rstd = a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
+                         .k_rstd = a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, .q = a.q + sg.off * qw,
+                         .k = a.k + sg.off * kvw, .v = a.v + sg.off * kvw});
       if (lo.ve >= 0) {
         be->split_heads(tmp + sg.off * kvw, kvw, tmp + N * kvw, 1, sg.n, Hkv, hd);
         be->axpy(a.v + sg.off * kvw, 1.0f, tmp + N * kvw, int64_t(sg.n) * kvw);
@@ -430,8 +442,9 @@ void GPTImpl::block_fwd(const LayerOff& lo, LayerAct& a, const int32_t* tok, flo
         be->copy(kc + to, a.k + from, sizeof(float) * sg.n * hd);
         be->copy(vc + to, a.v + from, sizeof(float) * sg.n * hd);
       }
-      be->attention_fwd(a.q + sg.off * qw, kc + sg.cache, vc + sg.cache, a.o + sg.off * qw, nullptr, 1, H, Hkv,
-                        sg.n, sg.pos0 + sg.n, sg.ldT, hd, cfg.attn_window);
+      be->attention_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = sg.n, .Tk = sg.pos0 + sg.n,
+                         .Tk_cap = sg.ldT, .window = cfg.attn_window, .q = a.q + sg.off * qw,
+                         .k = kc + sg.cache, .v = vc + sg.cache, .o = a.o + sg.off * qw, .lse = nullptr});
       be->merge_heads(a.o + sg.off * qw, reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, mmt(), qw, 1,
                       sg.n, H, hd);
     }
@@ -710,8 +723,9 @@ double GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int
     }
     {
       ProfScope ps(prof, names.xent, "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
-      total += be->softcap_xent(logits, tgt ? tgt + r0 : nullptr, nr, V, Vp, cfg.logit_softcap,
-                                loss ? loss + r0 : nullptr, amax ? amax + r0 : nullptr, grad, gscale);
+      total += be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = logits,
+                                 .targets = tgt ? tgt + r0 : nullptr, .loss = loss ? loss + r0 : nullptr,
+                                 .argmax = amax ? amax + r0 : nullptr, .want_grad = grad, .grad_scale = gscale});
     }
     if (!grad) continue;
     const void* dlogits = mm_input(logits, logits_mm, nr * Vp);
@@ -789,7 +803,9 @@ void GPT::backward(float loss_scale) {
       PROF("attention", "bwd", 10.0 * B * H * hd * double(T) * mean_attended_keys(T, m.cfg.attn_window),
            4.0 * N * (4 * qw + 4 * kvw));
       be.split_heads(m.dtmp, qw, m.dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
-      be.attention_bwd(a.q, a.k, a.v, a.o, a.lse, m.dtmp2, m.dq, m.dk, m.dv, B, H, Hkv, T, hd, m.cfg.attn_window);
+      be.attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = m.cfg.attn_window,
+                        .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = m.dtmp2, .dq = m.dq,
+                        .dk = m.dk, .dv = m.dv});
     }
     if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
       PROF("value_embed", "bwd", N * kvw, 20.0 * N * kvw);
@@ -798,9 +814,11 @@ void GPT::backward(float loss_scale) {
     }
     {
       PROF("qk_norm.rope", "bwd", 12.0 * N * (qw + kvw), 4.0 * N * (3 * qw + 3 * kvw + qkvw));
-      be.qkv_heads_bwd(m.dq, m.dk, m.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, m.pp(lo.qn_g), m.pp(lo.kn_g),
-                       m.gp(lo.qn_g), m.gp(lo.kn_g), B, T, H, Hkv, hd, m.cfg.qk_norm, m.cos_t, m.sin_t,
-                       m.dmm, mmt);
+      be.qkv_heads_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T,
+                        .norm = {.on = m.cfg.qk_norm, .qg = m.pp(lo.qn_g), .kg = m.pp(lo.kn_g)},
+                        .rope = {.cos_t = m.cos_t, .sin_t = m.sin_t}, .dq = m.dq, .dk = m.dk, .dv = m.dv,
+                        .qraw = a.qraw, .kraw = a.kraw, .q_rstd = a.q_rstd, .k_rstd = a.k_rstd,
+                        .dqg = m.gp(lo.qn_g), .dkg = m.gp(lo.kn_g), .dqkv = m.dmm, .dqkv_t = mmt});
     }
     matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", m.dmm, a.ln1_mm, lo.wqkv, d, qkvw);
     {
@@ -986,7 +1004,9 @@ void GPT::cached_score(const KVCache& cache, const int32_t* targets, float* loss
     }
     {
       PROF("softcap_xent", "fwd", 30.0 * nr * V, 8.0 * nr * Vp);
-      be.softcap_xent(m.inf.logits, m.inf.tgt, nr, V, Vp, m.cfg.logit_softcap, m.inf.loss, m.inf.argmax, false, 0.0f);
+      be.softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = m.cfg.logit_softcap, .logits = m.inf.logits,
+                       .targets = m.inf.tgt, .loss = m.inf.loss, .argmax = m.inf.argmax, .want_grad = false,
+                       .grad_scale = 0.0f});
     }
     be.to_host(lo.data(), m.inf.loss, sizeof(float) * nr);
     be.to_host(am.data(), m.inf.argmax, sizeof(int32_t) * nr);
@@ -1023,19 +1043,22 @@ double GPT::flops_per_token(int T) const {
 }
 
 const ModelConfig& GPT::config() const { return impl->cfg; }
+// With a profiler the model issues its ops through a ProfiledBackend over its device, which times
+// each under the innermost open ProfRegion; without one, straight to the device.
 void GPT::set_profiler(Profiler* p) {
-  impl->prof = p;
-  if (p && !impl->be->host_visible()) {  // asynchronous device: scopes wait for it (profiler.h)
-    p->wait = [](void* be) { static_cast<Backend*>(be)->synchronize(); };
-    p->wait_ctx = impl->be;
-  }
+  GPTImpl& m = *impl;
+  if (!m.device) m.device = m.be;
+  m.prof = p;
+  if (p && m.profiled) m.profiled->attach(*p);
+  if (p && !m.profiled) m.profiled = std::make_unique<ProfiledBackend>(*m.device, *p);
+  m.be = p ? m.profiled.get() : m.device;
 }
 void GPT::set_matmul_precision(MatPrec p) {
   impl->prec = p;
   impl->bf16_dirty = true;
 }
 MatPrec GPT::matmul_precision() const { return impl->prec; }
-Backend& GPT::backend() const { return *impl->be; }
+Backend& GPT::backend() const { return impl->device ? *impl->device : *impl->be; }
 void GPT::set_grad_enabled(bool on) { impl->grad_enabled = on; }
 void GPT::weights_changed() { impl->bf16_dirty = true; }
 

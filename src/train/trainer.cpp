@@ -170,7 +170,7 @@ TrainResult train(const TrainOptions& o) {
   validate(cfg);
   const TrainConfig& tc = cfg.train;
   const int threads = rank_threads(tc, comm);
-  omp_set_num_threads(threads);
+  device->set_threads(threads);
   const int64_t rank_tokens = int64_t(tc.micro_batch) * cfg.model.seq_len * world;
   if (tc.batch_tokens % rank_tokens != 0)
     fail("train.batch_tokens ({}) must be a multiple of train.micro_batch * model.seq_len * ranks ({} x {} x {})",
