@@ -342,8 +342,8 @@ PlanResult make_plan(const PlanOptions& o) {
   const PlanData data = plan_data(o.data_dir);
   res.vocab_size = data.vocab;
   res.bytes_per_token = data.bytes_per_token;
-  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   std::shared_ptr<Backend> be = make_backend(o.device);
+  be->set_threads(o.threads > 0 ? o.threads : default_threads());
   res.device = be->description();
   // On a CPU the timings are only as good as the machine is quiet: other work running now slows
   // the candidates by different amounts and the plan then ranks the slowdown.
