@@ -677,8 +677,11 @@ TEST_P(BackendOps, QkvHeads) {
                    kraw = nan_out(b, nk), qr = nan_out(b, N * s.H), kr = nan_out(b, N * s.Hkv);
         const float* qgp = gains ? qgd.p() : nullptr;
         const float* kgp = gains ? kgd.p() : nullptr;
-        b.qkv_heads_fwd(xd.p(), s.B, s.T, s.H, s.Hkv, s.hd, qkn, qgp, kgp, eps, cs.p(), sn.p(), qraw.p(),
-                        kraw.p(), qr.p(), kr.p(), q.p(), k.p(), v.p());
+        const HeadShape hs{.B = s.B, .H = s.H, .Hkv = s.Hkv, .hd = s.hd};
+        b.qkv_heads_fwd({.shape = hs, .T = s.T, .norm = {.on = qkn, .qg = qgp, .kg = kgp, .eps = eps},
+                         .rope = {.cos_t = cs.p(), .sin_t = sn.p()}, .qkv = xd.p(), .qraw = qraw.p(),
+                         .kraw = kraw.p(), .q_rstd = qr.p(), .k_rstd = kr.p(), .q = q.p(), .k = k.p(),
+                         .v = v.p()});
         VecD qgd64 = to_d(qg), kgd64 = to_d(kg);
         const VecD* qgr = gains ? &qgd64 : nullptr;
         const VecD* kgr = gains ? &kgd64 : nullptr;
@@ -707,9 +710,11 @@ TEST_P(BackendOps, QkvHeads) {
         VecF g0(s.hd, 0.25f);
         Dev<float> dqg(b, g0), dkg(b, g0);
         VecF dqkv = run_with_output(b, ot, N * ld, [&](void* out) {
-          b.qkv_heads_bwd(dq.p(), dk.p(), dvv.p(), qraw.p(), kraw.p(), qr.p(), kr.p(), qgp, kgp,
-                          gains ? dqg.p() : nullptr, gains ? dkg.p() : nullptr, s.B, s.T, s.H, s.Hkv,
-                          s.hd, qkn, cs.p(), sn.p(), out, ot);
+          b.qkv_heads_bwd({.shape = hs, .T = s.T, .norm = {.on = qkn, .qg = qgp, .kg = kgp},
+                           .rope = {.cos_t = cs.p(), .sin_t = sn.p()}, .dq = dq.p(), .dk = dk.p(),
+                           .dv = dvv.p(), .qraw = qraw.p(), .kraw = kraw.p(), .q_rstd = qr.p(),
+                           .k_rstd = kr.p(), .dqg = gains ? dqg.p() : nullptr,
+                           .dkg = gains ? dkg.p() : nullptr, .dqkv = out, .dqkv_t = ot});
         });
         auto L = [&](const VecD& x, const VecD* gq, const VecD* gk) {
           QkvRef r = qkv_ref(x, gq, gk, s, qkn, eps, base);
@@ -784,14 +789,16 @@ static void attention_case(Backend& b, AttnCase c, int samples) {
   VecF q = randn(nq, 61 + c.hd, 1.5f), k = randn(nkv, 62, 1.5f), v = randn(nkv, 63), R = randn(nq, 64);
   Dev<float> qd(b, q), kd(b, k), vd(b, v), Rd(b, R);
   Dev<float> o = nan_out(b, nq), lse = nan_out(b, size_t(c.B) * c.H * c.T);
-  b.attention_fwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), c.B, c.H, c.Hkv, c.T, c.T, c.T, c.hd, c.window);
+  const HeadShape hs{.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd};
+  b.attention_fwd({.shape = hs, .Tq = c.T, .Tk = c.T, .Tk_cap = c.T, .window = c.window, .q = qd.p(),
+                   .k = kd.p(), .v = vd.p(), .o = o.p(), .lse = lse.p()});
   VecD lr;
   VecD orf = attn_ref(to_d(q), to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window, &lr);
   expect_close(o.get(), orf, 2e-5, 0, "o");
   expect_close(lse.get(), lr, 2e-5, 0, "lse");
   Dev<float> dq = nan_out(b, nq), dk = nan_out(b, nkv), dv = nan_out(b, nkv);
-  b.attention_bwd(qd.p(), kd.p(), vd.p(), o.p(), lse.p(), Rd.p(), dq.p(), dk.p(), dv.p(), c.B, c.H,
-                  c.Hkv, c.T, c.hd, c.window);
+  b.attention_bwd({.shape = hs, .T = c.T, .window = c.window, .q = qd.p(), .k = kd.p(), .v = vd.p(),
+                   .o = o.p(), .lse = lse.p(), .dout = Rd.p(), .dq = dq.p(), .dk = dk.p(), .dv = dv.p()});
   VecD qv = to_d(q), kv = to_d(k), vv = to_d(v);
   auto L = [&](const VecD& qq, const VecD& kk, const VecD& vx) {
     return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window), R);
@@ -862,8 +869,9 @@ TEST_P(BackendOps, AttentionKVCache) {
         }
     Dev<float> qd(be(), q), kcd(be(), kc), vcd(be(), vc);
     Dev<float> o = nan_out(be(), q.size()), lse = nan_out(be(), size_t(c.B) * c.H * c.Tq);
-    be().attention_fwd(qd.p(), kcd.p(), vcd.p(), o.p(), c.with_lse ? lse.p() : nullptr, c.B, c.H,
-                       c.Hkv, c.Tq, c.Tk, c.cap, c.hd, c.window);
+    be().attention_fwd({.shape = {.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd}, .Tq = c.Tq, .Tk = c.Tk,
+                        .Tk_cap = c.cap, .window = c.window, .q = qd.p(), .k = kcd.p(), .v = vcd.p(),
+                        .o = o.p(), .lse = c.with_lse ? lse.p() : nullptr});
     VecD lr;
     VecD orf = attn_ref(to_d(q), kd, vd, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.hd, c.window, &lr);
     expect_close(o.get(), orf, 2e-5, 0, "o");
@@ -1018,7 +1026,8 @@ TEST_P(BackendOps, SoftcapXent) {
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent(zl.p(), tgd.p(), N, V, Vp, cap, loss.p(), am.p(), true, gs);
+        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
+                                       .loss = loss.p(), .argmax = am.p(), .want_grad = true, .grad_scale = gs});
         VecF l = loss.get();
         expect_close(l, lref, 1e-5, 2e-6, "loss");
         for (int64_t n = 0; n < N; ++n)
@@ -1045,19 +1054,22 @@ TEST_P(BackendOps, SoftcapXent) {
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent(zl.p(), tgd.p(), N, V, Vp, cap, loss.p(), am.p(), false, 1.0f);
+        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
+                                       .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
         expect_close(loss.get(), lref, 1e-5, 2e-6, "loss (no grad)");
         EXPECT_NEAR(total, tref, 1e-5 * N + 2e-6 * std::abs(tref));
         check_argmax(am.get());
         Dev<float> zl2(b, z);  // loss and argmax may be null
-        double t2 = b.softcap_xent(zl2.p(), tgd.p(), N, V, Vp, cap, nullptr, nullptr, false, 1.0f);
+        double t2 = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl2.p(), .targets = tgd.p(),
+                                    .loss = nullptr, .argmax = nullptr, .want_grad = false, .grad_scale = 1.0f});
         EXPECT_NEAR(t2, tref, 1e-5 * N + 2e-6 * std::abs(tref));
       }
       {  // no targets at all: every row is ignored, argmax still reported
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent(zl.p(), nullptr, N, V, Vp, cap, loss.p(), am.p(), false, 1.0f);
+        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = nullptr,
+                                       .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
         EXPECT_EQ(total, 0.0);
         for (float v : loss.get()) EXPECT_EQ(v, 0.0f);
         check_argmax(am.get());
@@ -1117,7 +1129,9 @@ TEST_P(BackendOps, AdamWUpdate) {
       for (int64_t i = 0; i < n; i += 17) g[i] = 0.0f;          // no gradient: eps decides
       for (int64_t i = 5; i < n; i += 23) g[i] *= 1e-6f;        // tiny: sqrt(v) ~ eps
       Dev<float> gd(b, g);
-      b.adamw_update(pd.p(), gd.p(), md.p(), vd.p(), n, gscale, lr, b1, b2, eps, wd, t, cautious);
+      b.adamw_update({.n = n, .p = pd.p(), .grad = gd.p(), .gscale = gscale, .m = md.p(), .v = vd.p(),
+                      .hyper = {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .wd = wd, .t = t,
+                                .cautious = cautious}});
       const double bc1 = 1 - std::pow(double(b1), double(t)), bc2 = 1 - std::pow(double(b2), double(t));
       for (int64_t i = 0; i < n; ++i) {
         double gg = double(g[i]) * gscale;

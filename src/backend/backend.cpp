@@ -28,17 +28,6 @@ void Backend::convert(const float* src, void* dst, int64_t n, DType to) {
   }
 }
 
-int64_t Tensor::numel() const {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
-float* Tensor::f32() const {
-  if (dtype != DType::F32) fail("tensor holds {}, not f32", dtype_name(dtype));
-  return static_cast<float*>(data);
-}
-
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     reset();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/dtype.h"
+#include "backend/op_args.h"
 
 namespace clm {
 
@@ -75,6 +76,13 @@ class Backend {
   virtual void synchronize() = 0;
   virtual std::unique_ptr<DeviceTimer> timer() = 0;
 
+  // ---- host threads and peak throughput ----
+  // Threads the backend's host-side work uses (the CPU: every OpenMP op; a GPU: none of its ops).
+  virtual void set_threads(int n) = 0;
+  // The practical peak of this device's matmuls in `prec`, in FLOP/s (measured once per process
+  // on a large square gemm; the denominator of MFU).
+  virtual double peak_flops(MatPrec prec) = 0;
+
   // ---- matmul and conversions ----
   // C[M,N] (=, or += when accumulate) A[M,K] B[K,N]; A stored [M,K] or, trans_a, [K,M]; B stored
   // [K,N] or, trans_b, [N,K]. A and B hold bf16 (BF16) or fp32 (F32); C is fp32 row-major.
@@ -115,22 +123,13 @@ class Backend {
   virtual void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) = 0;
   virtual void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t,
                         const float* sin_t, int pos0) = 0;
-  virtual void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
-                             const float* qg, const float* kg, float eps, const float* cos_t,
-                             const float* sin_t, float* qraw, float* kraw, float* q_rstd,
-                             float* k_rstd, float* q, float* k, float* v) = 0;
-  virtual void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
-                             const float* kraw, const float* q_rstd, const float* k_rstd,
-                             const float* qg, const float* kg, float* dqg, float* dkg, int B, int T,
-                             int H, int Hkv, int hd, bool qk_norm, const float* cos_t,
-                             const float* sin_t, void* dqkv, DType out_t) = 0;
+  // The many-argument ops take one struct of named fields (backend/op_args.h).
+  virtual void qkv_heads_fwd(const QkvHeadsFwdArgs& a) = 0;
+  virtual void qkv_heads_bwd(const QkvHeadsBwdArgs& a) = 0;
   // Causal attention; window > 0 limits each query to the `window` most recent keys (its own
   // included), window <= 0 to none (full causal).
-  virtual void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse,
-                             int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) = 0;
-  virtual void attention_bwd(const float* q, const float* k, const float* v, const float* o,
-                             const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                             int B, int H, int Hkv, int T, int hd, int window) = 0;
+  virtual void attention_fwd(const AttentionFwdArgs& a) = 0;
+  virtual void attention_bwd(const AttentionBwdArgs& a) = 0;
   virtual void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) = 0;
   virtual void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
                            int hd) = 0;
@@ -151,9 +150,7 @@ class Backend {
   virtual void axpy(float* y, float a, const float* x, int64_t n) = 0;  // y += a x
   // Softcap + cross-entropy (+ its gradient in place when want_grad). Returns the summed loss over
   // targets >= 0 (waits for the device); loss/argmax may be null.
-  virtual double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp,
-                              float cap, float* loss, int32_t* argmax, bool want_grad,
-                              float grad_scale) = 0;
+  virtual double softcap_xent(const SoftcapXentArgs& a) = 0;
   virtual void softcap_fwd(float* z, int64_t n, float cap) = 0;
 
   // ---- optimizer ----
@@ -166,9 +163,7 @@ class Backend {
   }
   // Decoupled weight decay p *= 1 - lr wd; with `cautious` only where the update (the step
   // subtracted from p) has p's sign, i.e. already moves p towards zero.
-  virtual void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                            float lr, float beta1, float beta2, float eps, float wd, int64_t t,
-                            bool cautious) = 0;
+  virtual void adamw_update(const AdamWArgs& a) = 0;
   virtual void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale,
                              float mu, bool nesterov) = 0;
   virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
@@ -182,17 +177,6 @@ class Backend {
   // `prec`.
   virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols,
                              const NsSchedule& sched, MatPrec prec) = 0;
-};
-
-// A typed view of device memory: the pointer, its dtype and shape, and the backend that owns it.
-struct Tensor {
-  void* data = nullptr;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-  Backend* backend = nullptr;
-  int64_t numel() const;
-  size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
-  float* f32() const;  // data as float* (throws Error unless dtype is F32)
 };
 
 // One allocation on a backend, freed with it (the arenas that parameters and activations are

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include "cli/commands.h"
 #include "core/common.h"
@@ -85,9 +84,9 @@ void run_bench_train(const BenchArgs& a) {
   if (a.batch <= 0 || a.seq <= 0 || a.steps <= 0 || a.warmup < 0)
     fail("bench: batch, seq and steps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
-  omp_set_num_threads(threads);
 
   std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
   TrainSetupOptions setup_options;
   setup_options.batch = a.batch;
   setup_options.seq_len = a.seq;
@@ -204,8 +203,8 @@ struct GemmArgs {
 void run_bench_gemm(const GemmArgs& a) {
   if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.reps <= 0) fail("bench gemm: m, n, k and reps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
-  omp_set_num_threads(threads);
   std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
   const MatPrec prec = resolve_precision(a.precision, *be);
   const GemmTime g = time_gemm(*be, prec, a.m, a.n, a.k, a.reps);
   const double flops = 2.0 * double(a.m) * double(a.n) * double(a.k);
@@ -233,10 +232,10 @@ void run_bench_attention(const AttnArgs& a) {
   if (a.batch <= 0 || a.heads <= 0 || a.seq <= 0 || a.head_dim <= 0 || a.reps <= 0 || a.heads % Hkv != 0)
     fail("bench attention: batch, heads, seq, head-dim and reps must be positive and heads a multiple of kv-heads");
   int threads = a.threads > 0 ? a.threads : default_threads();
-  omp_set_num_threads(threads);
   const int B = a.batch, H = a.heads, T = a.seq, hd = a.head_dim;
   const size_t nq = (size_t)B * H * T * hd, nkv = (size_t)B * Hkv * T * hd;
   std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
   auto buf = [&](size_t n) { return DeviceBuffer(*be, n * 4); };
   DeviceBuffer q = buf(nq), k = buf(nkv), v = buf(nkv), o = buf(nq), lse = buf((size_t)B * H * T), dout = buf(nq),
                dq = buf(nq), dk = buf(nkv), dv = buf(nkv);
@@ -266,12 +265,15 @@ void run_bench_attention(const AttnArgs& a) {
     return std::pair<double, double>{best, sum / a.reps};
   };
   auto [fb, fm] = time_best([&] {
-    be->attention_fwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), B, H, Hkv, T, T, T, hd,
-                      a.window);
+    be->attention_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = T, .Tk = T, .Tk_cap = T,
+                       .window = a.window, .q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(),
+                       .o = o.as<float>(), .lse = lse.as<float>()});
   });
   auto [bb, bm] = time_best([&] {
-    be->attention_bwd(q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), dout.as<float>(),
-                      dq.as<float>(), dk.as<float>(), dv.as<float>(), B, H, Hkv, T, hd, a.window);
+    be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = a.window,
+                       .q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(), .o = o.as<float>(),
+                       .lse = lse.as<float>(), .dout = dout.as<float>(), .dq = dq.as<float>(),
+                       .dk = dk.as<float>(), .dv = dv.as<float>()});
   });
   if (a.json) {
     nlohmann::json j = {{"bench", "attention"}, {"batch", B}, {"heads", H}, {"kv_heads", Hkv}, {"seq", T},
@@ -300,8 +302,8 @@ struct NsArgs {
 void run_bench_ns(const NsArgs& a) {
   if (a.rows <= 0 || a.cols <= 0 || a.steps <= 0 || a.reps <= 0) fail("bench ns: rows, cols, steps and reps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
-  omp_set_num_threads(threads);
   std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
   const MatPrec prec = resolve_precision(a.precision, *be);
   const NsSchedule sched = ns_schedule(a.coeffs, a.steps);
   const int64_t n = a.rows * a.cols;

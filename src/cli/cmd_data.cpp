@@ -1,12 +1,12 @@
 // Subcommands of the data area: `prepare` (corpus -> tokenizer + token shards + manifest),
 // `data inspect` (summarise and validate a prepared folder) and `data count` (read corpus inputs as
 // prepare would, and count what they hold). Logic lives in data/prepare.cpp and data/corpus.cpp.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/common.h"
 #include "data/corpus.h"
@@ -113,7 +113,7 @@ void register_data_commands(CLI::App& app) {
     opt->tokenizer_options = tok_args->options();
     if (opt->threads > 0) {
       setenv("CLOCKLM_THREADS", std::to_string(opt->threads).c_str(), 1);
-      omp_set_num_threads(opt->threads);
+      cpu_backend().set_threads(opt->threads);
     }
     prepare_dataset(*opt);
   });

@@ -11,9 +11,9 @@ void Profiler::clear() {
   origin = now_seconds();
 }
 
-void ProfScope::begin(const char* name, const char* phase, double flops, double bytes) {
+void ProfScope::begin(const char* name, const char* phase, double flops, double bytes, const char* op) {
   if (p->wait) p->wait(p->wait_ctx);
-  ev = OpEvent{name, phase, now_seconds(), 0.0, flops, bytes};
+  ev = OpEvent{name, phase, now_seconds(), 0.0, flops, bytes, op};
 }
 
 void ProfScope::end() {

@@ -17,6 +17,7 @@ struct OpEvent {
   double start, end;   // seconds (steady clock; CUDA events on the GPU)
   double flops;        // floating-point operations done by the op
   double bytes;        // bytes read + written (minimum traffic computed from shapes)
+  const char* op = nullptr;  // the backend op timed ("gemm"; backend/profiled_backend.h), else null
 };
 
 // Collects OpEvents from ProfScopes opened on one thread (the thread driving the step; ops may use
@@ -42,8 +43,10 @@ struct Profiler {
 // Inline so that with profiling off (p == nullptr) a scope compiles to one predictable branch at
 // each end: no call, no clock read.
 struct ProfScope {
-  ProfScope(Profiler* prof, const char* name, const char* phase, double flops, double bytes) : p(prof) {
-    if (p) begin(name, phase, flops, bytes);
+  ProfScope(Profiler* prof, const char* name, const char* phase, double flops, double bytes,
+            const char* op = nullptr)
+      : p(prof) {
+    if (p) begin(name, phase, flops, bytes, op);
   }
   ~ProfScope() {
     if (p) end();
@@ -54,7 +57,7 @@ struct ProfScope {
   OpEvent ev;
 
  private:
-  void begin(const char* name, const char* phase, double flops, double bytes);  // reads the clock
+  void begin(const char* name, const char* phase, double flops, double bytes, const char* op);
   void end();                                                                    // records ev
 };
 

@@ -192,8 +192,8 @@ PlanResult make_plan(const PlanOptions& o) {
   const PlanData data = plan_data(o.data_dir);
   res.vocab_size = data.vocab;
   res.bytes_per_token = data.bytes_per_token;
-  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   std::shared_ptr<Backend> be = make_backend(o.device);
+  be->set_threads(o.threads > 0 ? o.threads : default_threads());
   res.device = be->description();
   res.warning = busy_warning(*be);
   if (o.progress && !res.warning.empty()) std::fprintf(stderr, "plan: warning: %s\n", res.warning.c_str());

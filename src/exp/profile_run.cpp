@@ -3,8 +3,6 @@
 // Synthetic tokens make it independent of any dataset; op costs depend only on shapes.
 #include "exp/profile_run.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -26,9 +24,9 @@ ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
   if (o.steps < 1) fail("profile: --steps must be at least 1");
   const int B = o.batch > 0 ? o.batch : cfg.train.micro_batch, T = cfg.model.seq_len;
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : default_threads();
-  omp_set_num_threads(threads);
 
   std::shared_ptr<Backend> be = make_backend(o.device);
+  be->set_threads(threads);
   TrainSetupOptions so;
   so.batch = B;
   so.seq_len = T;

@@ -1,6 +1,6 @@
-// Roofline measurement (see roofline.h). Matmuls go through oneDNN (the CPU backend's shared engine
-// and stream) with large square shapes so the result is the practical ceiling our kernels can reach; bandwidth uses arrays far larger than the
-// last-level cache, touched in parallel with the same thread count the trainer uses.
+// Roofline measurement (see roofline.h). The matmul ceilings are the CPU backend's peak_flops (a
+// large square gemm, the practical ceiling our kernels can reach); bandwidth uses arrays far larger
+// than the last-level cache, touched in parallel with the same thread count the trainer uses.
 #include "exp/roofline.h"
 
 #include <omp.h>
@@ -11,9 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include <dnnl.hpp>
-
-#include "backend/cpu/dnnl_context.h"
+#include "backend/backend.h"
 #include "core/cache_dir.h"
 #include "core/common.h"
 #include "exp/runinfo.h"
@@ -61,48 +59,6 @@ Roofline roofline_from_json(const nlohmann::json& j) {
   }
   if (r.fp32_flops <= 0 || r.mem_bytes_per_s() <= 0) fail("malformed roofline: non-positive throughput");
   return r;
-}
-
-// Best FLOP/s of an n x n x n matmul over repeated runs lasting at least `seconds`.
-static double time_matmul(int n, bool bf16, double seconds) {
-  using namespace dnnl;
-  engine& eng = cpu_engine();
-  stream& strm = cpu_stream();
-  auto in_dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  memory::desc a_md({n, n}, in_dt, memory::format_tag::ab);
-  memory::desc b_md({n, n}, in_dt, memory::format_tag::any);  // oneDNN picks its best weights layout
-  memory::desc c_md({n, n}, memory::data_type::f32, memory::format_tag::ab);
-  matmul::primitive_desc pd;
-  try {
-    pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), eng);
-  } catch (const dnnl::error&) {
-    return 0;  // e.g. bf16 not supported on this CPU
-  }
-  memory a(pd.src_desc(), eng), b(pd.weights_desc(), eng), c(pd.dst_desc(), eng);
-  auto fill = [](memory& m) {
-    size_t bytes = m.get_desc().get_size();
-    auto* p = static_cast<unsigned char*>(m.get_data_handle());
-    // Small values (bit patterns that are valid small floats/bf16s) keep the FPU off denormals.
-    for (size_t i = 0; i < bytes; ++i) p[i] = (i % 2) ? 0x3c : 0x00;
-  };
-  fill(a);
-  fill(b);
-  matmul prim(pd);
-  auto run = [&] {
-    prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-    strm.wait();
-  };
-  run();  // warm-up: JIT, page faults
-  double flops = 2.0 * n * double(n) * n, best = 0, t_start = now_seconds();
-  int reps = 0;
-  while (reps < 3 || now_seconds() - t_start < seconds) {
-    double t0 = now_seconds();
-    run();
-    double dt = now_seconds() - t0;
-    best = std::max(best, flops / dt);
-    if (++reps > 10000) break;
-  }
-  return best;
 }
 
 struct FreeDeleter {
@@ -156,21 +112,21 @@ static void time_bandwidth(size_t n, int threads, double seconds, double& copy_b
   (void)sink;
 }
 
-Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, int matmul_size,
-                          size_t array_floats) {
+Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, size_t array_floats) {
   if (threads <= 0) threads = default_threads();
-  int prev = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  Backend& be = cpu_backend();
+  const int prev = omp_get_max_threads();
+  be.set_threads(threads);
   Roofline r;
   auto m = machine_info();
   r.cpu_model = m.value("cpu_model", "unknown");
   r.threads = threads;
-  r.matmul_size = matmul_size;
+  r.matmul_size = kPeakGemmSide;
   if (log) std::fprintf(log, "roofline: measuring %d-thread matmul and bandwidth (~%.0f s)...\n", threads,
                         4 * seconds_per_test + 2);
-  r.fp32_flops = time_matmul(r.matmul_size, false, seconds_per_test);
+  r.fp32_flops = be.peak_flops(MatPrec::F32);
   if (log) std::fprintf(log, "roofline: fp32 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.fp32_flops / 1e9);
-  r.bf16_flops = time_matmul(r.matmul_size, true, seconds_per_test);
+  r.bf16_flops = be.peak_flops(MatPrec::BF16);
   if (log) std::fprintf(log, "roofline: bf16 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.bf16_flops / 1e9);
   size_t n = array_floats;  // default 32M floats = 128 MB per array: far beyond any CPU cache
   r.array_mb = double(n) * 4 / (1 << 20);
@@ -179,7 +135,7 @@ Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, 
     std::fprintf(log, "roofline: copy %.1f GB/s, triad %.1f GB/s\n", r.copy_bytes_per_s / 1e9,
                  r.triad_bytes_per_s / 1e9);
   r.measured_at = utc_now_iso8601();
-  omp_set_num_threads(prev);
+  be.set_threads(prev);
   return r;
 }
 

@@ -1,4 +1,5 @@
-// Roofline of this machine: measured matmul throughput (fp32 and bf16, oneDNN, all threads) and
+// Roofline of this machine: measured matmul throughput (fp32 and bf16: the CPU backend's
+// peak_flops, all threads) and
 // memory bandwidth (STREAM-style copy and triad), cached per machine so `profile`, `bench` and
 // reports can say how far an op is from what the hardware allows. Owned by issue 5.
 #pragma once
@@ -30,12 +31,15 @@ struct Roofline {
 nlohmann::json to_json(const Roofline& r);
 Roofline roofline_from_json(const nlohmann::json& j);  // throws Error on missing fields
 
-// Measures now (about `seconds_per_test` x 4 plus set-up; ~6-10 s with the default). threads<=0:
-// default_threads(). `log` (may be null) gets one line per measurement.
-// matmul_size / array_floats: the square matmul side and the floats per bandwidth array (the
-// defaults are what the cache holds; tests pass small ones).
+// The side of the square gemm the CPU backend's peak_flops times (recorded as matmul_size).
+inline constexpr int kPeakGemmSide = 2048;
+
+// Measures now (the two matmul peaks, measured once per process, then about `seconds_per_test` x 2
+// of bandwidth; ~4-8 s with the default). threads<=0: default_threads(). `log` (may be null) gets
+// one line per measurement. array_floats: the floats per bandwidth array (the default is what the
+// cache holds; tests pass small ones).
 Roofline measure_roofline(double seconds_per_test = 1.5, int threads = 0, std::FILE* log = nullptr,
-                          int matmul_size = 2048, size_t array_floats = size_t(32) << 20);
+                          size_t array_floats = size_t(32) << 20);
 
 // Where this machine's roofline is cached: $XDG_CACHE_HOME or ~/.cache, then
 // clocklm/roofline-<hostname>-<hash of cpu model, features and threads>.json ("" if no home).

@@ -271,19 +271,22 @@ double GPT::flops_per_token(int T) const {
 }
 
 const ModelConfig& GPT::config() const { return impl->cfg; }
+// With a profiler the model issues its ops through a ProfiledBackend over its device, which times
+// each under the innermost open ProfRegion; without one, straight to the device.
 void GPT::set_profiler(Profiler* p) {
-  impl->prof = p;
-  if (p && !impl->be->host_visible()) {  // asynchronous device: scopes wait for it (profiler.h)
-    p->wait = [](void* be) { static_cast<Backend*>(be)->synchronize(); };
-    p->wait_ctx = impl->be;
-  }
+  GPTImpl& m = *impl;
+  if (!m.device) m.device = m.be;
+  m.prof = p;
+  if (p && m.profiled) m.profiled->attach(*p);
+  if (p && !m.profiled) m.profiled = std::make_unique<ProfiledBackend>(*m.device, *p);
+  m.be = p ? m.profiled.get() : m.device;
 }
 void GPT::set_matmul_precision(MatPrec p) {
   impl->prec = p;
   impl->bf16_dirty = true;
 }
 MatPrec GPT::matmul_precision() const { return impl->prec; }
-Backend& GPT::backend() const { return *impl->be; }
+Backend& GPT::backend() const { return impl->device ? *impl->device : *impl->be; }
 void GPT::set_grad_enabled(bool on) { impl->grad_enabled = on; }
 void GPT::weights_changed() { impl->bf16_dirty = true; }
 

@@ -23,8 +23,6 @@ struct Param {
   float* grad = nullptr;       // fp32 gradient: device pointer into the grads allocation
   Backend* backend = nullptr;  // the device both live on
   int64_t numel() const;
-  Tensor value() const { return {data, DType::F32, shape, backend}; }
-  Tensor gradient() const { return {grad, DType::F32, shape, backend}; }
   void to_host(float* dst) const;       // numel() floats
   void from_host(const float* src);     // the caller then tells the model (GPT::weights_changed)
   void grad_to_host(float* dst) const;

@@ -5,10 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/profiled_backend.h"
 #include "core/common.h"
 #include "core/profiler.h"
 #include "model/gpt.h"
@@ -59,6 +61,10 @@ inline int32_t bigram_row(int32_t prev, int32_t cur, int K) {
 }
 
 struct GPTImpl {
+  // While a profiler is attached, be points at this decorator over `device` (set_profiler); it is
+  // kept for the model's lifetime, before every buffer, since buffers may be allocated through it.
+  std::unique_ptr<ProfiledBackend> profiled;
+  Backend* device = nullptr;
   Backend* be = nullptr;
   ModelConfig cfg;
   Activation act = Activation::ReLU2;

@@ -86,11 +86,15 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
     for (const KVSegment& sg : segs) {
       // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
       const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
-      be->qkv_heads_fwd(inf.qkv + sg.off * qkvw, 1, sg.n, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g),
-                        cfg.norm_eps, inf.cos_t + rope_off, inf.sin_t + rope_off,
-                        a.qraw ? a.qraw + sg.off * qw : nullptr, a.kraw ? a.kraw + sg.off * kvw : nullptr,
-                        a.q_rstd ? a.q_rstd + sg.off * H : nullptr, a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr,
-                        a.q + sg.off * qw, a.k + sg.off * kvw, a.v + sg.off * kvw);
+      be->qkv_heads_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .T = sg.n,
+                         .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = cfg.norm_eps},
+                         .rope = {.cos_t = inf.cos_t + rope_off, .sin_t = inf.sin_t + rope_off},
+                         .qkv = inf.qkv + sg.off * qkvw,
+                         .qraw = a.qraw ? a.qraw + sg.off * qw : nullptr,
+                         .kraw = a.kraw ? a.kraw + sg.off * kvw : nullptr,
+                         .q_rstd = a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
+                         .k_rstd = a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, .q = a.q + sg.off * qw,
+                         .k = a.k + sg.off * kvw, .v = a.v + sg.off * kvw});
       if (lo.ve >= 0) {
         be->split_heads(tmp + sg.off * kvw, kvw, tmp + N * kvw, 1, sg.n, Hkv, hd);
         be->axpy(a.v + sg.off * kvw, 1.0f, tmp + N * kvw, int64_t(sg.n) * kvw);
@@ -101,8 +105,9 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
         be->copy(kc + to, a.k + from, sizeof(float) * sg.n * hd);
         be->copy(vc + to, a.v + from, sizeof(float) * sg.n * hd);
       }
-      be->attention_fwd(a.q + sg.off * qw, kc + sg.cache, vc + sg.cache, a.o + sg.off * qw, nullptr, 1, H, Hkv,
-                        sg.n, sg.pos0 + sg.n, sg.ldT, hd, cfg.attn_window);
+      be->attention_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = sg.n, .Tk = sg.pos0 + sg.n,
+                         .Tk_cap = sg.ldT, .window = cfg.attn_window, .q = a.q + sg.off * qw,
+                         .k = kc + sg.cache, .v = vc + sg.cache, .o = a.o + sg.off * qw, .lse = nullptr});
       be->merge_heads(a.o + sg.off * qw, reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, mmt(), qw, 1,
                       sg.n, H, hd);
     }

@@ -60,8 +60,10 @@ void GPTImpl::block_fwd(int l) {
   attn_in(lo, a, qkv, N);
   {
     ProfRegion pr(prof, "qk_norm.rope", "fwd");
-    be->qkv_heads_fwd(qkv, B, T, H, Hkv, hd, cfg.qk_norm, pp(lo.qn_g), pp(lo.kn_g), cfg.norm_eps, cos_t, sin_t,
-                      a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
+    be->qkv_heads_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T,
+                       .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = cfg.norm_eps},
+                       .rope = {.cos_t = cos_t, .sin_t = sin_t}, .qkv = qkv, .qraw = a.qraw, .kraw = a.kraw,
+                       .q_rstd = a.q_rstd, .k_rstd = a.k_rstd, .q = a.q, .k = a.k, .v = a.v});
   }
   if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
     ProfRegion pr(prof, "value_embed", "fwd");
@@ -71,7 +73,8 @@ void GPTImpl::block_fwd(int l) {
   }
   {
     ProfRegion pr(prof, "attention", "fwd");
-    be->attention_fwd(a.q, a.k, a.v, a.o, a.lse, B, H, Hkv, T, T, T, hd, cfg.attn_window);
+    be->attention_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = T, .Tk = T, .Tk_cap = T,
+                       .window = cfg.attn_window, .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse});
   }
   {
     ProfRegion pr(prof, "merge_heads", "fwd");
@@ -113,7 +116,9 @@ void GPTImpl::block_bwd(int l) {
   {
     ProfRegion pr(prof, "attention", "bwd");
     be->split_heads(dtmp, qw, dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
-    be->attention_bwd(a.q, a.k, a.v, a.o, a.lse, dtmp2, dq, dk, dv, B, H, Hkv, T, hd, cfg.attn_window);
+    be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = cfg.attn_window,
+                       .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = dtmp2, .dq = dq, .dk = dk,
+                       .dv = dv});
   }
   if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
     ProfRegion pr(prof, "value_embed", "bwd");
@@ -122,8 +127,11 @@ void GPTImpl::block_bwd(int l) {
   }
   {
     ProfRegion pr(prof, "qk_norm.rope", "bwd");
-    be->qkv_heads_bwd(dq, dk, dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, pp(lo.qn_g), pp(lo.kn_g), gp(lo.qn_g),
-                      gp(lo.kn_g), B, T, H, Hkv, hd, cfg.qk_norm, cos_t, sin_t, dmm, mmt());
+    be->qkv_heads_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T,
+                       .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g)},
+                       .rope = {.cos_t = cos_t, .sin_t = sin_t}, .dq = dq, .dk = dk, .dv = dv, .qraw = a.qraw,
+                       .kraw = a.kraw, .q_rstd = a.q_rstd, .k_rstd = a.k_rstd, .dqg = gp(lo.qn_g),
+                       .dkg = gp(lo.kn_g), .dqkv = dmm, .dqkv_t = mmt()});
   }
   matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", dmm, a.ln1_mm, lo.wqkv, d, qkvw, N);
   {
@@ -184,7 +192,9 @@ double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<Head
       const bool grad = p.mode == HeadMode::Train;
       {
         ProfRegion pr(prof, p.names.xent, "fwd");
-        total += be->softcap_xent(p.logits, c.tgt, nr, V, Vp, cfg.logit_softcap, c.loss, c.amax, grad, p.gscale);
+        total += be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = p.logits,
+                                   .targets = c.tgt, .loss = c.loss, .argmax = c.amax, .want_grad = grad,
+                                   .grad_scale = p.gscale});
       }
       if (grad) {
         const void* dlogits = mm_input(p.logits, logits_mm, nr * Vp);

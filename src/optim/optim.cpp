@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "core/common.h"
+#include "backend/profiled_backend.h"
 #include "core/profiler.h"
 #include "dist/comm.h"
 #include "optim/optim_state.h"
@@ -90,13 +91,11 @@ static int64_t state_floats(const OptState& st) {
   return st.muon ? st.n + (st.normuon ? st.rows : 0) : 2 * st.n;
 }
 
-// FLOPs of one Newton-Schulz run (for the profiler): steps * (4 a^2 b + 2 a^3), a = short side.
-static double ns_flops(int64_t rows, int64_t cols, int steps) {
-  double a = double(std::min(rows, cols)), b = double(std::max(rows, cols));
-  return steps * (4.0 * a * a * b + 2.0 * a * a * a);
-}
-
 struct OptimizerImpl {
+  // While a profiler is attached, be points at this decorator over `device` (set_profiler); kept
+  // for the optimizer's lifetime, before every buffer, since buffers may be allocated through it.
+  std::unique_ptr<ProfiledBackend> profiled;
+  Backend* device = nullptr;
   Backend* be = nullptr;
   OptimConfig cfg;
   MatPrec ns_prec[4] = {MatPrec::BF16, MatPrec::BF16, MatPrec::BF16, MatPrec::BF16};
@@ -197,7 +196,9 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
     std::vector<double> cost;
     for (const OptState& st : s.states) {
       const double bytes = 28.0 * double(st.n);  // AdamW: p, g, m, v in, p, m, v out; Muon alike
-      const double ns = st.muon ? ns_flops(st.rows, st.cols, s.groups[st.group]->ns_steps) : 0.0;
+      const double ns = st.muon ? op_cost::newton_schulz(st.rows, st.cols, s.groups[st.group]->ns_steps,
+                                                         MatPrec::F32).flops
+                                : 0.0;
       cost.push_back(ns + kFlopsPerByte * bytes);
     }
     const int world = comm->world(), rank = comm->rank();
@@ -259,11 +260,18 @@ Optimizer::~Optimizer() = default;
 Optimizer::Optimizer(Optimizer&&) noexcept = default;
 Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
 
+// With a profiler the optimizer issues its ops through a ProfiledBackend over its device, which
+// times each under the ProfRegion that step() opens around it; without one, straight to the device.
 void Optimizer::set_profiler(Profiler* p) {
-  impl->prof = p;
-  if (p && !impl->be->host_visible()) {  // asynchronous device: scopes wait for it (profiler.h)
+  OptimizerImpl& s = *impl;
+  if (!s.device) s.device = s.be;
+  s.prof = p;
+  if (p && s.profiled) s.profiled->attach(*p);
+  if (p && !s.profiled) s.profiled = std::make_unique<ProfiledBackend>(*s.device, *p);
+  s.be = p ? s.profiled.get() : s.device;
+  if (p && !s.device->host_visible()) {  // the all-gather scope waits for the device too
     p->wait = [](void* be) { static_cast<Backend*>(be)->synchronize(); };
-    p->wait_ctx = impl->be;
+    p->wait_ctx = s.device;
   }
 }
 
@@ -300,7 +308,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     int64_t n = 0;
     for (const OptState& st : s.states)
       if (st.owned) n += st.n;
-    ProfScope ps(s.prof, "optim.grad_norm", "optim", 2.0 * double(n), 4.0 * double(n));
+    ProfRegion pr(s.prof, "optim.grad_norm", "optim");
     std::vector<double> part(s.states.size(), 0.0);
     // All owned parameters in one call: a GPU backend then waits for the device once, not once
     // per parameter.
@@ -335,34 +343,32 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     const OptimGroup& g = *s.groups[gi];
     const float lr = g.lr * lr_scale, wd = g.weight_decay * wd_scale;
     if (g.kind == "adamw") {  // else muon | normuon
-      int64_t n = 0;
+      ProfRegion pr(s.prof, kAdamNames[gi], "optim");
+      const AdamWHyper hyper{.lr = lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .wd = wd,
+                             .t = s.t[gi], .cautious = g.cautious_wd};
       for (const OptState& st : s.states)
-        if (st.group == gi && st.owned) n += st.n;
-      ProfScope ps(s.prof, kAdamNames[gi], "optim", 12.0 * double(n), 4.0 * 7.0 * double(n));
-      for (const OptState& st : s.states)
-        if (st.group == gi && st.owned) s.be->adamw_update(st.p->data, st.p->grad, st.m, st.v, st.n, gscale, lr, g.beta1, g.beta2,
-                                         g.eps, wd, s.t[gi], g.cautious_wd);
+        if (st.group == gi && st.owned)
+          s.be->adamw_update({.n = st.n, .p = st.p->data, .grad = st.p->grad, .gscale = gscale, .m = st.m,
+                              .v = st.v, .hyper = hyper});
     } else {
       const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
       for (const OptState& st : s.states) {
         if (st.group != gi || !st.owned) continue;
         {
-          ProfScope ps(s.prof, "muon.momentum", "optim", 4.0 * double(st.n), 4.0 * 4.0 * double(st.n));
+          ProfRegion pr(s.prof, "muon.momentum", "optim");
           s.be->muon_momentum(st.p->grad, st.m, s.scratch_u.as<float>(), st.n, gscale, mu, g.nesterov);
         }
         {
-          int64_t a = std::min(st.rows, st.cols), b = std::max(st.rows, st.cols);
-          const MatPrec np = s.ns_prec[gi];
-          double bytes = (np == MatPrec::BF16 ? 2.0 : 4.0) * g.ns_steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * st.n;
-          ProfScope ps(s.prof, "muon.newton_schulz", "optim", ns_flops(st.rows, st.cols, g.ns_steps), bytes);
-          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, s.ns_sched[gi], np);
+          ProfRegion pr(s.prof, "muon.newton_schulz", "optim");
+          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, s.ns_sched[gi],
+                              s.ns_prec[gi]);
         }
         if (st.normuon) {
-          ProfScope ps(s.prof, "muon.normuon", "optim", 5.0 * double(st.n), 4.0 * 3.0 * double(st.n));
+          ProfRegion pr(s.prof, "muon.normuon", "optim");
           s.be->normuon_scale(s.scratch_o.as<float>(), st.v, st.rows, st.cols, g.beta2, g.eps);
         }
         {
-          ProfScope ps(s.prof, "muon.apply", "optim", 3.0 * double(st.n), 4.0 * 3.0 * double(st.n));
+          ProfRegion pr(s.prof, "muon.apply", "optim");
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
           // the per-element update RMS comparable for tall matrices.
           const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
@@ -372,6 +378,7 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
     }
   }
   if (s.sharded) {
+    // Communication, not a backend op: timed here.
     ProfScope ps(s.prof, "optim.all_gather", "optim", 0.0, 4.0 * double(s.bounds.back()));
     s.be->synchronize();  // the updates are done before another stream (NCCL's) reads them
     s.comm->all_gather_buckets(s.pbase, s.bounds, s.bucket);

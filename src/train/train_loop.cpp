@@ -59,6 +59,22 @@ std::string human(double v) {
 
 }  // namespace
 
+namespace {
+
+// The matmul ceiling MFU is measured against: on a CPU this machine's cached roofline when it has
+// been measured (0, no MFU shown, otherwise: measuring would take the run's time), on a GPU the
+// device's own timed gemm in the model's precision.
+double matmul_peak(const RunContext& run, const GPT& model) {
+  if (run.device->host_visible()) return run.o.hooks.cpu_peak_flops ? run.o.hooks.cpu_peak_flops(run.threads) : 0.0;
+  try {
+    return run.device->peak_flops(model.matmul_precision());
+  } catch (const Error&) {
+    return 0.0;
+  }
+}
+
+}  // namespace
+
 TrainLoop::TrainLoop(const RunContext& run, TrainSetup& setup, TrainState& state, std::vector<std::string> kept_ckpts)
     : run_(run),
       tc_(run.tc()),
@@ -72,8 +88,7 @@ TrainLoop::TrainLoop(const RunContext& run, TrainSetup& setup, TrainState& state
       seq_stages_(parse_seq_schedule(tc_.seq_schedule, run.seq_len)),
       batch_stages_(parse_batch_schedule(tc_.batch_schedule, tc_.batch_tokens, run.rank_tokens)),
       flops_per_token_(setup.model->flops_per_token(run.seq_len)),
-      peak_flops_(run.device->host_visible() && run.o.hooks.cpu_peak_flops ? run.o.hooks.cpu_peak_flops(run.threads)
-                                                                           : 0.0),
+      peak_flops_(matmul_peak(run, *setup.model)),
       inputs_(size_t(accum_) * run.micro_batch * run.seq_len),
       targets_(inputs_.size()),
       prof_first_(state.step + 2),

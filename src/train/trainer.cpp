@@ -219,7 +219,7 @@ TrainResult finish(const RunContext& run, TrainSetup& setup, TrainState& state, 
 TrainResult train(const TrainOptions& o) {
   RunContext run(o);
   open_run(run);
-  omp_set_num_threads(run.threads);
+  run.device->set_threads(run.threads);
   TrainSetup setup = build(run);
   TrainState state = start_or_restore(run, setup);
   std::vector<std::string> kept_ckpts;

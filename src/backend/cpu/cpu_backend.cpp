@@ -1,5 +1,6 @@
 // The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
-// oneDNN matmuls, optimizer kernels, Newton-Schulz). Device memory is host memory, so memory
+// oneDNN matmuls, optimizer kernels, Newton-Schulz). Ops whose kernel has their own signature are
+// generated from the kernel table's list (kernels.h); the rest are written here. Device memory is host memory, so memory
 // operations are memcpy/memset and the device clock is the wall clock.
 #include <omp.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/newton_schulz.h"
 #include "backend/cpu/ops.h"
@@ -152,65 +155,52 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
   std::unique_ptr<DeviceTimer> timer() override { return std::make_unique<WallTimer>(); }
 
+  void set_threads(int n) override {
+    if (n > 0) omp_set_num_threads(n);
+  }
+  // Measured once per precision and thread count: a 2048^3 oneDNN matmul, best over ~0.3 s.
+  double peak_flops(MatPrec prec) override {
+    std::lock_guard<std::mutex> lock(peak_mu_);
+    const auto key = std::make_pair(prec == MatPrec::BF16, omp_get_max_threads());
+    auto it = peak_.find(key);
+    if (it == peak_.end()) it = peak_.emplace(key, measure_matmul_flops(2048, key.first, 0.3)).first;
+    return it->second;
+  }
+
+  // The ops whose kernel has the Backend op's own signature (kernels.h) forward through the
+  // selected variant's kernel table.
+#define CLM_BACKEND_FORWARD(field, fn, R, params, args) \
+  R fn params override { return cpu_kernels().field args; }
+  CLM_CPU_BACKEND_KERNELS(CLM_BACKEND_FORWARD)
+#undef CLM_BACKEND_FORWARD
+
   void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
             const void* B, float* C, bool accumulate) override {
     clm::gemm(prec, ta, tb, M, N, K, A, B, C, accumulate);
   }
-  void f32_to_bf16(const float* x, bf16* y, int64_t n) override { clm::f32_to_bf16(x, y, n); }
-  void bf16_to_f32(const bf16* x, float* y, int64_t n) override { clm::bf16_to_f32(x, y, n); }
 
-  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C) override {
-    clm::embedding_fwd(tok, wte, out, N, C);
-  }
-  void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N, int64_t C) override {
-    clm::embedding_bwd(tok, dout, dwte, N, C);
-  }
   void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
                    int64_t C, float eps) override {
     if (out_t == DType::BF16) clm::rmsnorm_fwd(x, g, static_cast<bf16*>(y), rstd, rows, C, eps);
     else clm::rmsnorm_fwd(x, g, static_cast<float*>(y), rstd, rows, C, eps);
   }
-  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                   float* dg, int64_t rows, int64_t C) override {
-    clm::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, C);
+  void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
+    const HeadShape& s = a.shape;
+    clm::qkv_heads_fwd(a.qkv, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg, a.norm.eps,
+                       a.rope.cos_t, a.rope.sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
   }
-  void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) override {
-    clm::rope_tables(cos_t, sin_t, T, hd, base);
+  void qkv_heads_bwd(const QkvHeadsBwdArgs& a) override {
+    if (a.dqkv_t == DType::BF16) qkv_bwd(a, static_cast<bf16*>(a.dqkv));
+    else qkv_bwd(a, static_cast<float*>(a.dqkv));
   }
-  void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
-                int pos0) override {
-    clm::rope_fwd(x, rows, T, hd, cos_t, sin_t, pos0);
+  void attention_fwd(const AttentionFwdArgs& a) override {
+    const HeadShape& s = a.shape;
+    clm::attention_fwd(a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap, s.hd, a.window);
   }
-  void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
-                     const float* qg, const float* kg, float eps, const float* cos_t,
-                     const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
-                     float* q, float* k, float* v) override {
-    clm::qkv_heads_fwd(qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw, q_rstd,
-                       k_rstd, q, k, v);
-  }
-  void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
-                     const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
-                     const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
-                     bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
-                     DType out_t) override {
-    if (out_t == DType::BF16)
-      clm::qkv_heads_bwd(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv, hd,
-                         qk_norm, cos_t, sin_t, static_cast<bf16*>(dqkv));
-    else
-      clm::qkv_heads_bwd(dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv, hd,
-                         qk_norm, cos_t, sin_t, static_cast<float*>(dqkv));
-  }
-  void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) override {
-    clm::attention_fwd(q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
-  }
-  void attention_bwd(const float* q, const float* k, const float* v, const float* o,
-                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                     int H, int Hkv, int T, int hd, int window) override {
-    clm::attention_bwd(q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window);
-  }
-  void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
-    clm::split_heads(x, ld, y, B, T, nh, hd);
+  void attention_bwd(const AttentionBwdArgs& a) override {
+    const HeadShape& s = a.shape;
+    clm::attention_bwd(a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv, a.T, s.hd,
+                       a.window);
   }
   void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
                    int hd) override {
@@ -227,16 +217,6 @@ class CpuBackend final : public Backend {
     if (out_t == DType::BF16) act_bwd(a, h, dy, static_cast<bf16*>(dh), N, Hd);
     else act_bwd(a, h, dy, static_cast<float*>(dh), N, Hd);
   }
-  void residual_fwd(const float* a, const float* b, float* out, int64_t n) override {
-    clm::residual_fwd(a, b, out, n);
-  }
-  void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) override {
-    clm::mix2_fwd(x, x0, w, out, n);
-  }
-  void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
-                float* dw, int64_t n) override {
-    clm::mix2_bwd(dout, x, x0, w, dx, dx0, dw, n);
-  }
   void scale(float* x, float s, int64_t n) override {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
@@ -245,29 +225,15 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
   }
-  double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
-                      float* loss, int32_t* argmax, bool want_grad, float grad_scale) override {
-    return clm::softcap_xent(logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale);
+  double softcap_xent(const SoftcapXentArgs& a) override {
+    return clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
+                             a.grad_scale);
   }
-  void softcap_fwd(float* z, int64_t n, float cap) override { clm::softcap_fwd(z, n, cap); }
 
-  double sum_squares(const float* x, int64_t n) override { return clm::sum_squares(x, n); }
-  void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                    float lr, float beta1, float beta2, float eps, float wd, int64_t t,
-                    bool cautious) override {
-    clm::adamw_update(p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious);
-  }
-  void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
-                     bool nesterov) override {
-    clm::muon_momentum(grad, buf, u, n, gscale, mu, nesterov);
-  }
-  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd,
-                  bool cautious) override {
-    clm::muon_apply(p, o, n, lr, scale, wd, cautious);
-  }
-  void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
-                     float eps) override {
-    clm::normuon_scale(o, v, rows, cols, beta2, eps);
+  void adamw_update(const AdamWArgs& a) override {
+    const AdamWHyper& h = a.hyper;
+    clm::adamw_update(a.p, a.grad, a.m, a.v, a.n, a.gscale, h.lr, h.beta1, h.beta2, h.eps, h.wd, h.t,
+                      h.cautious);
   }
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {
@@ -276,6 +242,12 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  template <typename OutT>
+  static void qkv_bwd(const QkvHeadsBwdArgs& a, OutT* dqkv) {
+    const HeadShape& s = a.shape;
+    clm::qkv_heads_bwd(a.dq, a.dk, a.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.norm.qg, a.norm.kg, a.dqg,
+                       a.dkg, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.rope.cos_t, a.rope.sin_t, dqkv);
+  }
   template <typename OutT>
   static void act_fwd(Activation a, const float* h, OutT* y, int64_t N, int64_t Hd) {
     if (a == Activation::ReLU2) clm::relu2_fwd(h, y, N * Hd);
@@ -289,6 +261,8 @@ class CpuBackend final : public Backend {
     else clm::swiglu_bwd(h, dy, dh, N, Hd);
   }
 
+  std::mutex peak_mu_;
+  std::map<std::pair<bool, int>, double> peak_;  // peak_flops by (bf16, threads)
   NewtonSchulz ns_;  // its scratch and primitive cache, shared by every optimizer on this backend
   std::mutex ns_mu_;
 };

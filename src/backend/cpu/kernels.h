@@ -9,112 +9,104 @@
 #include "backend/cpu/matmul.h"
 
 // X(field, function, return type, (parameters), (arguments)). `field` tells overloads apart.
-// qkv_heads_bwd is a template declared in ops.h and has two fields of its own (below).
-#define CLM_CPU_KERNELS(X)                                                                        \
-  X(embedding_fwd, embedding_fwd, void,                                                           \
-    (const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C), (tok, wte, out, N, C)) \
-  X(embedding_bwd, embedding_bwd, void,                                                           \
-    (const int32_t* tok, const float* dout, float* dwte, int64_t N, int64_t C),                   \
-    (tok, dout, dwte, N, C))                                                                      \
-  X(rmsnorm_fwd, rmsnorm_fwd, void,                                                               \
-    (const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C, float eps),  \
-    (x, g, y, rstd, rows, C, eps))                                                                \
-  X(rmsnorm_fwd_bf16, rmsnorm_fwd, void,                                                          \
-    (const float* x, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C, float eps),   \
-    (x, g, y, rstd, rows, C, eps))                                                                \
-  X(rmsnorm_bwd, rmsnorm_bwd, void,                                                               \
-    (const float* x, const float* g, const float* rstd, const float* dy, float* dx, float* dg,    \
-     int64_t rows, int64_t C),                                                                    \
-    (x, g, rstd, dy, dx, dg, rows, C))                                                            \
-  X(linear_fwd, linear_fwd, void,                                                                 \
-    (MatPrec prec, const void* x, const void* W, float* y, int64_t N, int64_t in, int64_t out),   \
-    (prec, x, W, y, N, in, out))                                                                  \
-  X(linear_bwd_input, linear_bwd_input, void,                                                     \
-    (MatPrec prec, const void* dy, const void* W, float* dx, int64_t N, int64_t in, int64_t out,  \
-     bool accumulate),                                                                            \
-    (prec, dy, W, dx, N, in, out, accumulate))                                                    \
-  X(linear_bwd_weight, linear_bwd_weight, void,                                                   \
-    (MatPrec prec, const void* dy, const void* x, float* dW, int64_t N, int64_t in, int64_t out), \
-    (prec, dy, x, dW, N, in, out))                                                                \
+// The kernels that are Backend ops with the same signature: the CPU backend's overrides of them
+// are generated from this list (cpu_backend.cpp).
+#define CLM_CPU_BACKEND_KERNELS(X)                                                               \
+  X(embedding_fwd, embedding_fwd, void, (const int32_t* tok, const float* wte, float* out,       \
+    int64_t N, int64_t C), (tok, wte, out, N, C))                                                \
+  X(embedding_bwd, embedding_bwd, void, (const int32_t* tok, const float* dout, float* dwte,     \
+    int64_t N, int64_t C), (tok, dout, dwte, N, C))                                              \
+  X(rmsnorm_bwd, rmsnorm_bwd, void, (const float* x, const float* g, const float* rstd,          \
+    const float* dy, float* dx, float* dg, int64_t rows, int64_t C), (x, g, rstd, dy, dx, dg,    \
+    rows, C))                                                                                    \
   X(rope_tables, rope_tables, void, (float* cos_t, float* sin_t, int T, int hd, float base),     \
-    (cos_t, sin_t, T, hd, base))                                                                  \
-  X(rope_fwd, rope_fwd, void,                                                                     \
-    (float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t, int pos0),    \
-    (x, rows, T, hd, cos_t, sin_t, pos0))                                                         \
-  X(rope_bwd, rope_bwd, void,                                                                     \
-    (float* dx, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t, int pos0),   \
-    (dx, rows, T, hd, cos_t, sin_t, pos0))                                                        \
-  X(attention_fwd, attention_fwd, void,                                                           \
-    (const float* q, const float* k, const float* v, float* o, float* lse, int B, int H, int Hkv, \
-     int Tq, int Tk, int Tk_cap, int hd, int window),                                             \
-    (q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window))                                     \
-  X(attention_bwd, attention_bwd, void,                                                           \
-    (const float* q, const float* k, const float* v, const float* o, const float* lse,            \
-     const float* dout, float* dq, float* dk, float* dv, int B, int H, int Hkv, int T, int hd,    \
-     int window),                                                                                 \
-    (q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window))                                \
-  X(split_heads, split_heads, void,                                                               \
-    (const float* x, int64_t ld, float* y, int B, int T, int nh, int hd), (x, ld, y, B, T, nh, hd)) \
-  X(merge_heads, merge_heads, void,                                                               \
-    (const float* y, float* x, int64_t ld, int B, int T, int nh, int hd), (y, x, ld, B, T, nh, hd)) \
-  X(merge_heads_bf16, merge_heads, void,                                                          \
-    (const float* y, bf16* x, int64_t ld, int B, int T, int nh, int hd), (y, x, ld, B, T, nh, hd))  \
-  X(qkv_heads_fwd, qkv_heads_fwd, void,                                                           \
-    (const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm, const float* qg,       \
-     const float* kg, float eps, const float* cos_t, const float* sin_t, float* qraw, float* kraw, \
-     float* q_rstd, float* k_rstd, float* q, float* k, float* v),                                 \
-    (qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw, q_rstd, k_rstd, q, k, v)) \
-  X(relu2_fwd, relu2_fwd, void, (const float* x, float* y, int64_t n), (x, y, n))                \
-  X(relu2_bwd, relu2_bwd, void, (const float* x, const float* dy, float* dx, int64_t n),          \
-    (x, dy, dx, n))                                                                               \
-  X(gelu_fwd, gelu_fwd, void, (const float* x, float* y, int64_t n), (x, y, n))                   \
-  X(gelu_bwd, gelu_bwd, void, (const float* x, const float* dy, float* dx, int64_t n),            \
-    (x, dy, dx, n))                                                                               \
-  X(swiglu_fwd, swiglu_fwd, void, (const float* hg, float* y, int64_t N, int64_t Hd),             \
-    (hg, y, N, Hd))                                                                               \
-  X(swiglu_bwd, swiglu_bwd, void,                                                                 \
-    (const float* hg, const float* dy, float* dhg, int64_t N, int64_t Hd), (hg, dy, dhg, N, Hd))  \
-  X(relu2_fwd_bf16, relu2_fwd, void, (const float* x, bf16* y, int64_t n), (x, y, n))            \
-  X(relu2_bwd_bf16, relu2_bwd, void, (const float* x, const float* dy, bf16* dx, int64_t n),     \
-    (x, dy, dx, n))                                                                               \
-  X(gelu_fwd_bf16, gelu_fwd, void, (const float* x, bf16* y, int64_t n), (x, y, n))              \
-  X(gelu_bwd_bf16, gelu_bwd, void, (const float* x, const float* dy, bf16* dx, int64_t n),       \
-    (x, dy, dx, n))                                                                               \
-  X(swiglu_fwd_bf16, swiglu_fwd, void, (const float* hg, bf16* y, int64_t N, int64_t Hd),        \
-    (hg, y, N, Hd))                                                                               \
-  X(swiglu_bwd_bf16, swiglu_bwd, void,                                                            \
-    (const float* hg, const float* dy, bf16* dhg, int64_t N, int64_t Hd), (hg, dy, dhg, N, Hd))   \
+    (cos_t, sin_t, T, hd, base))                                                                 \
+  X(rope_fwd, rope_fwd, void, (float* x, int64_t rows, int T, int hd, const float* cos_t,        \
+    const float* sin_t, int pos0), (x, rows, T, hd, cos_t, sin_t, pos0))                         \
+  X(split_heads, split_heads, void, (const float* x, int64_t ld, float* y, int B, int T, int nh, \
+    int hd), (x, ld, y, B, T, nh, hd))                                                           \
   X(residual_fwd, residual_fwd, void, (const float* a, const float* b, float* out, int64_t n),   \
-    (a, b, out, n))                                                                               \
-  X(residual_bwd, residual_bwd, void, (const float* dout, float* da, float* db, int64_t n),      \
-    (dout, da, db, n))                                                                            \
-  X(mix2_fwd, mix2_fwd, void, (const float* x, const float* x0, const float* w, float* out, int64_t n), \
-    (x, x0, w, out, n))                                                                           \
-  X(mix2_bwd, mix2_bwd, void,                                                                     \
-    (const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,   \
-     float* dw, int64_t n),                                                                       \
-    (dout, x, x0, w, dx, dx0, dw, n))                                                             \
-  X(softcap_xent, softcap_xent, double,                                                           \
-    (float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap, float* loss,     \
-     int32_t* argmax, bool want_grad, float grad_scale),                                          \
-    (logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale))                        \
+    (a, b, out, n))                                                                              \
+  X(mix2_fwd, mix2_fwd, void, (const float* x, const float* x0, const float* w, float* out,      \
+    int64_t n), (x, x0, w, out, n))                                                              \
+  X(mix2_bwd, mix2_bwd, void, (const float* dout, const float* x, const float* x0,               \
+    const float* w, float* dx, float* dx0, float* dw, int64_t n), (dout, x, x0, w, dx, dx0, dw,  \
+    n))                                                                                          \
   X(softcap_fwd, softcap_fwd, void, (float* z, int64_t n, float cap), (z, n, cap))               \
-  X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                        \
-  X(adamw_update, adamw_update, void,                                                             \
-    (float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr,          \
-     float beta1, float beta2, float eps, float wd, int64_t t, bool cautious),                    \
-    (p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious))                           \
-  X(muon_momentum, muon_momentum, void,                                                           \
-    (const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov),  \
-    (grad, buf, u, n, gscale, mu, nesterov))                                                      \
-  X(muon_apply, muon_apply, void,                                                                 \
-    (float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious),         \
-    (p, o, n, lr, scale, wd, cautious))                                                           \
-  X(normuon_scale, normuon_scale, void,                                                           \
-    (float* o, float* v, int64_t rows, int64_t cols, float beta2, float eps),                     \
-    (o, v, rows, cols, beta2, eps))                                                               \
+  X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                       \
+  X(muon_momentum, muon_momentum, void, (const float* grad, float* buf, float* u, int64_t n,     \
+    float gscale, float mu, bool nesterov), (grad, buf, u, n, gscale, mu, nesterov))             \
+  X(muon_apply, muon_apply, void, (float* p, const float* o, int64_t n, float lr, float scale,   \
+    float wd, bool cautious), (p, o, n, lr, scale, wd, cautious))                                \
+  X(normuon_scale, normuon_scale, void, (float* o, float* v, int64_t rows, int64_t cols,         \
+    float beta2, float eps), (o, v, rows, cols, beta2, eps))                                     \
   X(f32_to_bf16, f32_to_bf16, void, (const float* x, bf16* y, int64_t n), (x, y, n))             \
   X(bf16_to_f32, bf16_to_f32, void, (const bf16* x, float* y, int64_t n), (x, y, n))
+
+// The other kernels: variants per output dtype, the parts that Backend ops compose, and those whose
+// Backend op takes an argument struct (op_args.h). qkv_heads_bwd is a template declared in ops.h
+// and has two fields of its own (below).
+#define CLM_CPU_OTHER_KERNELS(X)                                                                 \
+  X(rmsnorm_fwd, rmsnorm_fwd, void, (const float* x, const float* g, float* y, float* rstd,      \
+    int64_t rows, int64_t C, float eps), (x, g, y, rstd, rows, C, eps))                          \
+  X(rmsnorm_fwd_bf16, rmsnorm_fwd, void, (const float* x, const float* g, bf16* y, float* rstd,  \
+    int64_t rows, int64_t C, float eps), (x, g, y, rstd, rows, C, eps))                          \
+  X(linear_fwd, linear_fwd, void, (MatPrec prec, const void* x, const void* W, float* y,         \
+    int64_t N, int64_t in, int64_t out), (prec, x, W, y, N, in, out))                            \
+  X(linear_bwd_input, linear_bwd_input, void, (MatPrec prec, const void* dy, const void* W,      \
+    float* dx, int64_t N, int64_t in, int64_t out, bool accumulate), (prec, dy, W, dx, N, in,    \
+    out, accumulate))                                                                            \
+  X(linear_bwd_weight, linear_bwd_weight, void, (MatPrec prec, const void* dy, const void* x,    \
+    float* dW, int64_t N, int64_t in, int64_t out), (prec, dy, x, dW, N, in, out))               \
+  X(rope_bwd, rope_bwd, void, (float* dx, int64_t rows, int T, int hd, const float* cos_t,       \
+    const float* sin_t, int pos0), (dx, rows, T, hd, cos_t, sin_t, pos0))                        \
+  X(attention_fwd, attention_fwd, void, (const float* q, const float* k, const float* v,         \
+    float* o, float* lse, int B, int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd,             \
+    int window), (q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window))                       \
+  X(attention_bwd, attention_bwd, void, (const float* q, const float* k, const float* v,         \
+    const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv, int B, \
+    int H, int Hkv, int T, int hd, int window), (q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv,   \
+    T, hd, window))                                                                              \
+  X(merge_heads, merge_heads, void, (const float* y, float* x, int64_t ld, int B, int T, int nh, \
+    int hd), (y, x, ld, B, T, nh, hd))                                                           \
+  X(merge_heads_bf16, merge_heads, void, (const float* y, bf16* x, int64_t ld, int B, int T,     \
+    int nh, int hd), (y, x, ld, B, T, nh, hd))                                                   \
+  X(qkv_heads_fwd, qkv_heads_fwd, void, (const float* qkv, int B, int T, int H, int Hkv, int hd, \
+    bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,               \
+    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd, float* q,        \
+    float* k, float* v), (qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw, \
+    q_rstd, k_rstd, q, k, v))                                                                    \
+  X(relu2_fwd, relu2_fwd, void, (const float* x, float* y, int64_t n), (x, y, n))                \
+  X(relu2_bwd, relu2_bwd, void, (const float* x, const float* dy, float* dx, int64_t n), (x, dy, \
+    dx, n))                                                                                      \
+  X(gelu_fwd, gelu_fwd, void, (const float* x, float* y, int64_t n), (x, y, n))                  \
+  X(gelu_bwd, gelu_bwd, void, (const float* x, const float* dy, float* dx, int64_t n), (x, dy,   \
+    dx, n))                                                                                      \
+  X(swiglu_fwd, swiglu_fwd, void, (const float* hg, float* y, int64_t N, int64_t Hd), (hg, y, N, \
+    Hd))                                                                                         \
+  X(swiglu_bwd, swiglu_bwd, void, (const float* hg, const float* dy, float* dhg, int64_t N,      \
+    int64_t Hd), (hg, dy, dhg, N, Hd))                                                           \
+  X(relu2_fwd_bf16, relu2_fwd, void, (const float* x, bf16* y, int64_t n), (x, y, n))            \
+  X(relu2_bwd_bf16, relu2_bwd, void, (const float* x, const float* dy, bf16* dx, int64_t n), (x, \
+    dy, dx, n))                                                                                  \
+  X(gelu_fwd_bf16, gelu_fwd, void, (const float* x, bf16* y, int64_t n), (x, y, n))              \
+  X(gelu_bwd_bf16, gelu_bwd, void, (const float* x, const float* dy, bf16* dx, int64_t n), (x,   \
+    dy, dx, n))                                                                                  \
+  X(swiglu_fwd_bf16, swiglu_fwd, void, (const float* hg, bf16* y, int64_t N, int64_t Hd), (hg,   \
+    y, N, Hd))                                                                                   \
+  X(swiglu_bwd_bf16, swiglu_bwd, void, (const float* hg, const float* dy, bf16* dhg, int64_t N,  \
+    int64_t Hd), (hg, dy, dhg, N, Hd))                                                           \
+  X(residual_bwd, residual_bwd, void, (const float* dout, float* da, float* db, int64_t n),      \
+    (dout, da, db, n))                                                                           \
+  X(softcap_xent, softcap_xent, double, (float* logits, const int32_t* targets, int64_t N,       \
+    int V, int Vp, float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale),   \
+    (logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale))                       \
+  X(adamw_update, adamw_update, void, (float* p, const float* grad, float* m, float* v,          \
+    int64_t n, float gscale, float lr, float beta1, float beta2, float eps, float wd, int64_t t, \
+    bool cautious), (p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious))
+
+// Every kernel: one table field each.
+#define CLM_CPU_KERNELS(X) CLM_CPU_BACKEND_KERNELS(X) CLM_CPU_OTHER_KERNELS(X)
 
 // The parameters of qkv_heads_bwd<OutT>, for its two table fields.
 #define CLM_QKV_HEADS_BWD_PARAMS(OutT)                                                            \

@@ -32,4 +32,9 @@ Bf16Timing time_bf16_vs_fp32(int64_t M, int64_t N, int64_t K, int reps);
 // ceiling" column.
 double measure_matmul_ceiling_gflops(int64_t n = 2048, int reps = 5);
 
+// Best FLOP/s of an n x n x n oneDNN matmul (bf16 inputs or fp32, fp32 out) over repeated runs
+// lasting at least `seconds` (3 at least); 0 where oneDNN cannot run it (bf16 on an old CPU).
+// Uses the current OpenMP thread count (matmul_peak.cpp).
+double measure_matmul_flops(int n, bool bf16, double seconds);
+
 }  // namespace clm

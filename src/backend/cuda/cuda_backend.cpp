@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -168,6 +169,39 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaTimer>(st_);
   }
 
+  // ---- host threads and peak throughput ----
+  // Every op runs on the device; the threads are the host side's (data, CPU-side work) OpenMP count.
+  void set_threads(int n) override {
+    if (n > 0) omp_set_num_threads(n);
+  }
+  double peak_flops(MatPrec prec) override {
+    std::lock_guard<std::mutex> lock(peak_mu_);
+    double& v = peak_[prec == MatPrec::BF16 ? 0 : 1];
+    if (v == 0) v = measure_peak(prec);
+    return v;
+  }
+
+  // Best FLOP/s of a 4096^3 cuBLASLt gemm in `prec` over five timed runs after a warm-up.
+  double measure_peak(MatPrec prec) {
+    const int64_t n = 4096;
+    const size_t in_bytes = size_t(n * n) * dtype_size(matmul_dtype(prec));
+    void* A = alloc(in_bytes);
+    void* B = alloc(in_bytes);
+    float* C = static_cast<float*>(alloc(size_t(n * n) * 4));
+    gemm(prec, false, false, n, n, n, A, B, C, false);
+    auto t = timer();
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      t->start();
+      gemm(prec, false, false, n, n, n, A, B, C, false);
+      best = std::max(best, 2.0 * double(n) * double(n) * double(n) / t->stop());
+    }
+    free(A);
+    free(B);
+    free(C);
+    return best;
+  }
+
   // ---- matmul and conversions ----
   void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
             const void* B, float* C, bool accumulate) override {
@@ -238,40 +272,37 @@ class CudaBackend final : public Backend {
     cuda::rope_fwd(st_, x, rows, T, hd, cos_t, sin_t, pos0);
     launched("rope_fwd");
   }
-  void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
-                     const float* qg, const float* kg, float eps, const float* cos_t,
-                     const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
-                     float* q, float* k, float* v) override {
+  void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     use();
-    cuda::qkv_heads_fwd(st_, qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw,
-                        q_rstd, k_rstd, q, k, v);
+    const HeadShape& s = a.shape;
+    cuda::qkv_heads_fwd(st_, a.qkv, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg,
+                        a.norm.eps, a.rope.cos_t, a.rope.sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd,
+                        a.q, a.k, a.v);
     launched("qkv_heads_fwd");
   }
-  void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const float* qraw,
-                     const float* kraw, const float* q_rstd, const float* k_rstd, const float* qg,
-                     const float* kg, float* dqg, float* dkg, int B, int T, int H, int Hkv, int hd,
-                     bool qk_norm, const float* cos_t, const float* sin_t, void* dqkv,
-                     DType out_t) override {
+  void qkv_heads_bwd(const QkvHeadsBwdArgs& a) override {
     use();
-    cuda::qkv_heads_bwd(st_, dq, dk, dv, qraw, kraw, q_rstd, k_rstd, qg, kg, dqg, dkg, B, T, H, Hkv,
-                        hd, qk_norm, cos_t, sin_t, dqkv, out_t == DType::BF16,
-                        scratch(cuda::qkv_heads_bwd_scratch(B, T, H, Hkv, hd)));
+    const HeadShape& s = a.shape;
+    cuda::qkv_heads_bwd(st_, a.dq, a.dk, a.dv, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.norm.qg,
+                        a.norm.kg, a.dqg, a.dkg, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on,
+                        a.rope.cos_t, a.rope.sin_t, a.dqkv, a.dqkv_t == DType::BF16,
+                        scratch(cuda::qkv_heads_bwd_scratch(s.B, a.T, s.H, s.Hkv, s.hd)));
     launched("qkv_heads_bwd");
   }
-  void attention_fwd(const float* q, const float* k, const float* v, float* o, float* lse, int B,
-                     int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window) override {
+  void attention_fwd(const AttentionFwdArgs& a) override {
     use();
-    check_head_dim(hd);
-    cuda::attention_fwd(st_, q, k, v, o, lse, B, H, Hkv, Tq, Tk, Tk_cap, hd, window);
+    const HeadShape& s = a.shape;
+    check_head_dim(s.hd);
+    cuda::attention_fwd(st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap, s.hd,
+                        a.window);
     launched("attention_fwd");
   }
-  void attention_bwd(const float* q, const float* k, const float* v, const float* o,
-                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                     int H, int Hkv, int T, int hd, int window) override {
+  void attention_bwd(const AttentionBwdArgs& a) override {
     use();
-    check_head_dim(hd);
-    cuda::attention_bwd(st_, q, k, v, o, lse, dout, dq, dk, dv, B, H, Hkv, T, hd, window,
-                        scratch(cuda::attention_bwd_scratch(B, H, T)));
+    const HeadShape& s = a.shape;
+    check_head_dim(s.hd);
+    cuda::attention_bwd(st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv,
+                        a.T, s.hd, a.window, scratch(cuda::attention_bwd_scratch(s.B, s.H, a.T)));
     launched("attention_bwd");
   }
   void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
@@ -323,11 +354,10 @@ class CudaBackend final : public Backend {
     cuda::axpy(st_, y, a, x, n);
     launched("axpy");
   }
-  double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
-                      float* loss, int32_t* argmax, bool want_grad, float grad_scale) override {
+  double softcap_xent(const SoftcapXentArgs& a) override {
     use();
-    cuda::softcap_xent(st_, logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale,
-                       scratch(cuda::softcap_xent_scratch(N)), dres_);
+    cuda::softcap_xent(st_, a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
+                       a.grad_scale, scratch(cuda::softcap_xent_scratch(a.N)), dres_);
     launched("softcap_xent");
     return fetch_results(1)[0];
   }
@@ -359,16 +389,15 @@ class CudaBackend final : public Backend {
       std::copy(r, r + c, out + i0);
     }
   }
-  void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                    float lr, float beta1, float beta2, float eps, float wd, int64_t t,
-                    bool cautious) override {
+  void adamw_update(const AdamWArgs& a) override {
     use();
     // Scalars exactly as the CPU kernel forms them.
-    const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
-    const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
-    const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - lr * wd;
-    cuda::adamw_update(st_, p, grad, m, v, n, gscale, beta1, beta2, eps, step, inv_sqrt_bc2, decay,
-                       cautious);
+    const AdamWHyper& h = a.hyper;
+    const float bc1 = 1.0f - float(std::pow(double(h.beta1), double(h.t)));
+    const float bc2 = 1.0f - float(std::pow(double(h.beta2), double(h.t)));
+    const float step = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.wd;
+    cuda::adamw_update(st_, a.p, a.grad, a.m, a.v, a.n, a.gscale, h.beta1, h.beta2, h.eps, step,
+                       inv_sqrt_bc2, decay, h.cautious);
     launched("adamw_update");
   }
   void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
@@ -590,6 +619,8 @@ class CudaBackend final : public Backend {
   CudaDeviceInfo info_;
   int dev_;
   int smem_optin_ = 0;         // shared memory per block a kernel may opt in to
+  std::mutex peak_mu_;
+  double peak_[2] = {0, 0};  // peak_flops: bf16, fp32 (0: not measured yet)
   bool sync_each_op_ = false;  // CLOCKLM_CUDA_SYNC=1
   cudaStream_t st_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

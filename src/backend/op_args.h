@@ -1,0 +1,132 @@
+// Argument structs of the backend ops that take many arguments (backend.h). Each op takes one
+// struct whose fields are named and grouped by role (shape, inputs, saved state, outputs), and
+// callers fill it with designated initialisers, so two swapped pointers read wrong at the call
+// site instead of compiling silently. Semantics of every field: backend/cpu/ops.h and
+// backend/cpu/optim_kernels.h, whose kernels these mirror.
+#pragma once
+#include <cstdint>
+
+#include "backend/dtype.h"
+
+namespace clm {
+
+// Grouped-query attention heads: B sequences, H query heads reading Hkv key/value heads of hd.
+struct HeadShape {
+  int B = 0, H = 0, Hkv = 0, hd = 0;
+};
+
+// Per-head RMSNorm of q and k (model.qk_norm): gains qg/kg (may be null) and its epsilon.
+struct QkNorm {
+  bool on = false;
+  const float* qg = nullptr;
+  const float* kg = nullptr;
+  float eps = 0;
+};
+
+// RoPE tables for positions [0, T) (Backend::rope_tables).
+struct RopeTables {
+  const float* cos_t = nullptr;
+  const float* sin_t = nullptr;
+};
+
+// The fused attention input stage: qkv [B*T, (H+2Hkv)*hd] to q [B,H,T,hd], k, v [B,Hkv,T,hd],
+// with qk-norm (whose pre-norm heads and rstd are saved for backward) and RoPE.
+struct QkvHeadsFwdArgs {
+  HeadShape shape;
+  int T = 0;
+  QkNorm norm;
+  RopeTables rope;
+  const float* qkv = nullptr;
+  // saved for backward (written only with norm.on)
+  float* qraw = nullptr;
+  float* kraw = nullptr;
+  float* q_rstd = nullptr;
+  float* k_rstd = nullptr;
+  // outputs
+  float* q = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+// Its backward: dq, dk, dv to dqkv (=, in dqkv_t), gain gradients dqg/dkg (+=).
+struct QkvHeadsBwdArgs {
+  HeadShape shape;
+  int T = 0;
+  QkNorm norm;  // eps unused: the saved rstd carry it
+  RopeTables rope;
+  const float* dq = nullptr;
+  const float* dk = nullptr;
+  const float* dv = nullptr;
+  // saved by forward
+  const float* qraw = nullptr;
+  const float* kraw = nullptr;
+  const float* q_rstd = nullptr;
+  const float* k_rstd = nullptr;
+  // outputs
+  float* dqg = nullptr;
+  float* dkg = nullptr;
+  void* dqkv = nullptr;
+  DType dqkv_t = DType::F32;
+};
+
+// Causal attention of Tq queries at positions Tk-Tq.. over the first Tk of Tk_cap cached keys;
+// window > 0 limits each query to its `window` most recent keys. lse may be null.
+struct AttentionFwdArgs {
+  HeadShape shape;
+  int Tq = 0, Tk = 0, Tk_cap = 0;
+  int window = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* o = nullptr;
+  float* lse = nullptr;
+};
+
+// Its backward for Tq == Tk == Tk_cap == T: dq, dk, dv (=).
+struct AttentionBwdArgs {
+  HeadShape shape;
+  int T = 0;
+  int window = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* o = nullptr;
+  const float* lse = nullptr;
+  const float* dout = nullptr;
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+};
+
+// Softcap + cross-entropy over logits [N, Vp] (first V real); see Backend::softcap_xent.
+struct SoftcapXentArgs {
+  int64_t N = 0;
+  int V = 0, Vp = 0;
+  float cap = 0;
+  float* logits = nullptr;            // gradient written here in place with want_grad
+  const int32_t* targets = nullptr;   // null or < 0: ignored rows
+  float* loss = nullptr;              // per-row loss (may be null)
+  int32_t* argmax = nullptr;          // may be null
+  bool want_grad = false;
+  float grad_scale = 1.0f;
+};
+
+// AdamW's hyperparameters at step t (1-based).
+struct AdamWHyper {
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0;
+  int64_t t = 1;
+  bool cautious = false;
+};
+
+// One AdamW step on n floats: grad (scaled by gscale) updates m, v and then p.
+struct AdamWArgs {
+  int64_t n = 0;
+  float* p = nullptr;
+  const float* grad = nullptr;
+  float gscale = 1.0f;
+  float* m = nullptr;
+  float* v = nullptr;
+  AdamWHyper hyper;
+};
+
+}  // namespace clm
