@@ -4,8 +4,9 @@
 // docs/MODEL.md. Host memory is touched only to move tokens in and losses out.
 //
 // Memory: params (fp32 master), grads (fp32) and a bf16 mirror of the params share one layout of
-// offsets. Activations for max_B x max_T tokens live in one arena: per layer everything backward
-// needs (residual inputs, norm statistics, matmul inputs in the matmul precision, q/k/v, attention
+// offsets, computed from the config alone with the activation arena's (model/layout.h).
+// Activations for max_B x max_T tokens live in one arena: per layer everything backward needs
+// (residual inputs, norm statistics, matmul inputs in the matmul precision, q/k/v, attention
 // output and log-sum-exp, MLP pre-activations), plus scratch shared by all layers.
 //
 // bf16 weights: matmuls read a bf16 copy of the weights. It is refreshed at the start of a forward
