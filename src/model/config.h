@@ -1,6 +1,6 @@
-// Model shape: the ModelConfig a GPT is built from, and its parameter and FLOP counts computed
-// analytically (no allocation). Run-level settings (optimizer, training loop) live above it, in
-// optim/optim_config.h and config/config.h.
+// Model shape: the ModelConfig a GPT is built from, its check, and its parameter and FLOP counts
+// (computed from its layout, model/layout.h, without allocating). Run-level settings (optimizer,
+// training loop) live above it, in optim/optim_config.h and config/config.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,15 +52,20 @@ struct ModelConfig {
   int mlp_hidden() const;
 };
 
-// Parameter counts computed analytically from the shape (no allocation).
+// Throws Error naming the first model.* key whose value no GPT can be built with (shapes, ranges,
+// names, and bounds that keep every size computed from the shape free of integer overflow). The
+// one check of a model config: validate(RunConfig) and the GPT constructor both call it.
+void validate(const ModelConfig& m);
+
+// Parameter counts by optimizer group, read off the model's layout (model/layout.h; no allocation).
 struct ParamCount {
   int64_t embed = 0, head = 0, matrix = 0, scalar = 0;
   int64_t total() const { return embed + head + matrix + scalar; }
 };
 ParamCount count_params(const ModelConfig& m);
-// Training FLOPs per token (forward + backward = 3x forward) at sequence length T, analytically: 2 per
-// matmul weight (head included, embedding lookup not) plus causal attention,
-// 4*n_head*head_dim*mean_attended_keys per layer (2*n_head*head_dim*(T+1) without a window). The same formula as GPT::flops_per_token (tested), usable without allocating a model.
+// Training FLOPs per token (forward + backward = 3x forward) at sequence length T, from the layout:
+// 2 per matmul weight (head included, embedding lookup not) plus causal attention,
+// 4*n_head*head_dim*mean_attended_keys per layer. GPT::flops_per_token returns the same.
 double flops_per_token(const ModelConfig& m, int T);
 // Keys a query attends to, averaged over the T positions of a row: (T + 1) / 2 for full causal
 // attention, fewer with a window (model.attn_window).

@@ -5,8 +5,9 @@
 // the state they share in gpt_impl.h; the math is written down in docs/MODEL.md.
 //
 // Memory: params (fp32 master), grads (fp32) and a bf16 mirror of the params share one layout of
-// offsets. Activations for max_B x max_T tokens live in one arena: per layer everything backward
-// needs (residual inputs, norm statistics, matmul inputs in the matmul precision, q/k/v, attention
+// offsets, computed from the config alone with the activation arena's (model/layout.h).
+// Activations for max_B x max_T tokens live in one arena: per layer everything backward needs
+// (residual inputs, norm statistics, matmul inputs in the matmul precision, q/k/v, attention
 // output and log-sum-exp, MLP pre-activations), plus scratch shared by all layers.
 //
 // bf16 weights: matmuls read a bf16 copy of the weights. It is refreshed at the start of a forward
@@ -29,159 +30,86 @@ void Param::to_host(float* dst) const { backend->to_host(dst, data, sizeof(float
 void Param::from_host(const float* src) { backend->to_device(data, src, sizeof(float) * numel()); }
 void Param::grad_to_host(float* dst) const { backend->to_host(dst, grad, sizeof(float) * numel()); }
 
-void GPTImpl::build(bool allocate) {
-  const ModelConfig& c = cfg;
-  if (c.n_layer <= 0 || c.d_model <= 0 || c.n_head <= 0 || c.head_dim <= 0 || c.vocab_size <= 0)
-    fail("model config: n_layer, d_model, n_head, head_dim and vocab_size must be positive");
-  if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
-    fail("model config: n_head ({}) must be a multiple of n_kv_head ({})", c.n_head, c.n_kv_head);
-  if (c.head_dim % 2 != 0) fail("model config: head_dim ({}) must be even for RoPE", c.head_dim);
-  act = activation_from_name(c.activation);
-  prec = resolve_precision(c.matmul_precision, *be);
-  if (max_B <= 0 || max_T <= 0) fail("GPT: max batch and sequence length must be positive");
-  d = c.d_model; H = c.n_head; Hkv = c.n_kv_head; hd = c.head_dim; L = c.n_layer;
-  V = c.vocab_size; Vp = c.padded_vocab(); Hd = c.mlp_hidden();
-  qw = H * hd; kvw = Hkv * hd; qkvw = qw + 2 * kvw;
-  hw = c.activation == "swiglu" ? 2 * Hd : Hd;
+void GPTImpl::build() {
+  const ModelLayout& l = layout;
+  act = activation_from_name(cfg.activation);
+  prec = resolve_precision(cfg.matmul_precision, *be);
+  d = l.d; H = l.H; Hkv = l.Hkv; hd = l.hd; L = l.L; V = l.V; Vp = l.Vp; Hd = l.Hd;
+  qw = l.qw; kvw = l.kvw; qkvw = l.qkvw; hw = l.hw;
+  loff = l.layers;
+  off_wte = l.wte; off_big = l.bigram; off_fg = l.final_gain; off_head = l.head; off_mtp = l.mtp;
+  nparams = l.param_floats;
+  chunk_rows = l.act.chunk_rows;
 
-  // ---- parameters: names, shapes, offsets ----
-  int64_t off = 0;
-  std::vector<int64_t> poff;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamKind kind) {
-    Param p;
-    p.name = name;
-    p.shape = std::move(shape);
-    p.kind = kind;
-    int64_t o = off;
-    off += round16(p.numel());
-    params.push_back(p);
-    poff.push_back(o);
-    return o;
-  };
-  // wq, wk, wv (and w_in, w_gate) are carved back to back, so each group is one matmul.
-  auto add_adjacent = [&](const std::string& name, std::vector<int64_t> shape, ParamKind kind) {
-    Param p;
-    p.name = name;
-    p.shape = std::move(shape);
-    p.kind = kind;
-    int64_t o = off;
-    off += p.numel();
-    params.push_back(p);
-    poff.push_back(o);
-    return o;
-  };
-  off_wte = add("wte", {Vp, d}, ParamKind::Embedding);
-  if (c.bigram_buckets == 1 || c.bigram_buckets < 0)
-    fail("model config: bigram_buckets must be 0 (off) or >= 2, got {}", c.bigram_buckets);
-  if (c.bigram_buckets > 0) off_big = add("bigram_embed", {c.bigram_buckets, d}, ParamKind::Embedding);
-  if (c.attn_window < 0) fail("model config: attn_window must be >= 0 (0 = full attention), got {}", c.attn_window);
-  if (c.value_embeds < 0 || c.value_embeds > L)
-    fail("model config: value_embeds must be in [0, n_layer = {}], got {}", L, c.value_embeds);
-  loff.resize(L);
-  for (int i = L - c.value_embeds; i < L; ++i)
-    loff[i].ve = add(fmt::format("blocks.{}.attn.value_embed", i), {Vp, kvw}, ParamKind::Embedding);
-  for (int i = 0; i < L; ++i) {
-    std::string pre = fmt::format("blocks.{}.", i);
-    LayerOff& lo = loff[i];
-    if (c.x0_skips && i > 0) lo.x0 = add(pre + "x0_mix", {2}, ParamKind::Scalar);
-    if (c.norm_gain) lo.attn_g = add(pre + "attn_norm.gain", {d}, ParamKind::Scalar);
-    lo.wqkv = add_adjacent(pre + "attn.wq", {qw, d}, ParamKind::Matrix);
-    add_adjacent(pre + "attn.wk", {kvw, d}, ParamKind::Matrix);
-    add_adjacent(pre + "attn.wv", {kvw, d}, ParamKind::Matrix);
-    off = round16(off);
-    if (c.qk_norm && c.norm_gain) {
-      lo.qn_g = add(pre + "attn.q_norm.gain", {hd}, ParamKind::Scalar);
-      lo.kn_g = add(pre + "attn.k_norm.gain", {hd}, ParamKind::Scalar);
-    }
-    lo.wo = add(pre + "attn.wo", {d, qw}, ParamKind::Matrix);
-    if (c.norm_gain) lo.mlp_g = add(pre + "mlp_norm.gain", {d}, ParamKind::Scalar);
-    lo.w_in = add_adjacent(pre + "mlp.w_in", {Hd, d}, ParamKind::Matrix);
-    if (c.activation == "swiglu") add_adjacent(pre + "mlp.w_gate", {Hd, d}, ParamKind::Matrix);
-    off = round16(off);
-    lo.w_out = add(pre + "mlp.w_out", {d, Hd}, ParamKind::Matrix);
-  }
-  if (c.norm_gain) off_fg = add("final_norm.gain", {d}, ParamKind::Scalar);
-  off_head = c.tie_embeddings ? off_wte : add("lm_head", {Vp, d}, ParamKind::Head);
-  if (!(c.mtp_weight >= 0) || !std::isfinite(c.mtp_weight))
-    fail("model config: mtp_weight must be a finite number >= 0, got {}", c.mtp_weight);
-  if (c.mtp_weight > 0) off_mtp = add("mtp_proj", {d, d}, ParamKind::Matrix);  // last: the others init as without
-  nparams = off;
-
-  // ---- activations ----
-  const int64_t N = int64_t(max_B) * max_T;
-  chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(1) << 25) / Vp));  // <= 128 MiB of logits
-  int64_t total = 0;
-  std::vector<std::pair<float**, int64_t>> plan;
-  auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
-  la.resize(L);
-  for (int i = 0; i < L; ++i) {
-    carve_layer(la[i], N, carve, true);
-    if (loff[i].x0 >= 0) carve(&la[i].xpre, N * d);
-    else la[i].xpre = nullptr;
-  }
-  if (c.x0_skips) carve(&dx0, N * d);
-  int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd});
-  carve(&x_final, N * d);
-  carve(&lnf_rstd, N);
-  carve(&lnf_mm, N * d);
-  carve(&dxf, N * d);
-  carve(&head_dw, int64_t(Vp) * d);
-  carve(&logits, chunk_rows * Vp);
-  carve(&logits_mm, chunk_rows * Vp);
-  carve(&tmp_d, N * wmax);
-  carve(&tmp_mm, N * wmax);
-  carve(&qkv, N * qkvw);
-  carve(&dres, N * d);
-  carve(&dtmp, N * wmax);
-  carve(&dtmp2, N * wmax);
-  carve(&dmm, N * wmax);
-  carve(&dq, N * qw);
-  carve(&dk, N * kvw);
-  carve(&dv, N * kvw);
-  carve(&cos_t, int64_t(max_T) * hd / 2);
-  carve(&sin_t, int64_t(max_T) * hd / 2);
-  if (off_mtp >= 0) {
-    carve(&mtp_u, N * d);
-    carve(&mtp_un, N * d);
-    carve(&mtp_rstd, N);
-    carve(&mtp_dw, int64_t(d) * d);
-  }
-  const int io_arrays = off_mtp >= 0 ? 6 : 5;  // tokens, targets, argmax, loss, bigram rows (+ tgt2)
-  need_bytes = size_t(nparams) * 10 + size_t(total) * 4 + size_t(round16(N)) * 4 * io_arrays;
-  if (!allocate) return;
-  check_fits_memory(*be, need_bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
+  check_fits_memory(*be, l.bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
   P = DeviceBuffer(*be, size_t(nparams) * 4);
   G = DeviceBuffer(*be, size_t(nparams) * 4);
   Wb = DeviceBuffer(*be, size_t(nparams) * 2);
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].data = P.as<float>() + poff[i];
-    params[i].grad = G.as<float>() + poff[i];
-    params[i].backend = be;
+  for (const ParamSlot& s : l.params) {
+    Param p;
+    p.name = s.name;
+    p.shape = s.shape;
+    p.kind = s.kind;
+    p.data = P.as<float>() + s.offset;
+    p.grad = G.as<float>() + s.offset;
+    p.backend = be;
+    params.push_back(std::move(p));
   }
-  A = DeviceBuffer(*be, size_t(total) * 4);
-  int64_t o = 0;
-  for (auto& [dst, n] : plan) {
-    *dst = A.as<float>() + o;
-    o += n;
-  }
-  be->rope_tables(cos_t, sin_t, max_T, hd, c.rope_base);
-  io = DeviceBuffer(*be, size_t(round16(N)) * 4 * io_arrays);
+  A = DeviceBuffer(*be, size_t(l.act.floats) * 4);
+  bind_activations();
+  be->rope_tables(cos_t, sin_t, max_T, hd, cfg.rope_base);
+  const int64_t s = l.act.io_stride;
+  io = DeviceBuffer(*be, size_t(s) * 4 * size_t(l.act.io_arrays));
   tok_d = io.as<int32_t>();
-  tgt_d = tok_d + round16(N);
-  argmax_d = tgt_d + round16(N);
-  loss_d = reinterpret_cast<float*>(argmax_d + round16(N));
-  big_d = reinterpret_cast<int32_t*>(loss_d + round16(N));
-  if (off_mtp >= 0) tgt2_d = big_d + round16(N);
+  tgt_d = tok_d + s;
+  argmax_d = tgt_d + s;
+  loss_d = reinterpret_cast<float*>(argmax_d + s);
+  big_d = reinterpret_cast<int32_t*>(loss_d + s);
+  if (off_mtp >= 0) tgt2_d = big_d + s;
+}
+
+void GPTImpl::bind_activations() {
+  const ActivationPlan& a = layout.act;
+  float* base = A.as<float>();
+  auto at = [base](int64_t off) { return off >= 0 ? base + off : nullptr; };
+  la.resize(size_t(L));
+  for (int i = 0; i < L; ++i) {
+    const BlockActs& b = a.blocks[size_t(i)];
+    LayerAct& v = la[size_t(i)];
+    v.x = at(b.x), v.xpre = at(b.xpre), v.mid = at(b.mid), v.ln1_rstd = at(b.ln1_rstd), v.ln1_mm = at(b.ln1_mm);
+    v.qraw = at(b.qraw), v.kraw = at(b.kraw), v.q_rstd = at(b.q_rstd), v.k_rstd = at(b.k_rstd);
+    v.q = at(b.q), v.k = at(b.k), v.v = at(b.v), v.o = at(b.o), v.lse = at(b.lse), v.att_mm = at(b.att_mm);
+    v.ln2_rstd = at(b.ln2_rstd), v.ln2_mm = at(b.ln2_mm), v.h = at(b.h), v.act_mm = at(b.act_mm);
+  }
+  dx0 = at(a.dx0), x_final = at(a.x_final), lnf_rstd = at(a.lnf_rstd), lnf_mm = at(a.lnf_mm), dxf = at(a.dxf);
+  head_dw = at(a.head_dw), logits = at(a.logits), logits_mm = at(a.logits_mm);
+  tmp_d = at(a.tmp_d), tmp_mm = at(a.tmp_mm), qkv = at(a.qkv), dres = at(a.dres);
+  dtmp = at(a.dtmp), dtmp2 = at(a.dtmp2), dmm = at(a.dmm), dq = at(a.dq), dk = at(a.dk), dv = at(a.dv);
+  cos_t = at(a.cos_t), sin_t = at(a.sin_t);
+  mtp_u = at(a.mtp_u), mtp_un = at(a.mtp_un), mtp_rstd = at(a.mtp_rstd), mtp_dw = at(a.mtp_dw);
 }
 
 // ---------------------------------------------------------------------------------------------------
+namespace {
+
+// The layout of a model the constructor can build: a valid config with a vocabulary, room for tokens.
+ModelLayout buildable_layout(const ModelConfig& cfg, int max_B, int max_T) {
+  validate(cfg);
+  if (cfg.vocab_size <= 0) fail("model config: vocab_size must be positive, got {}", cfg.vocab_size);
+  if (max_B <= 0 || max_T <= 0) fail("GPT: max batch and sequence length must be positive");
+  return model_layout(cfg, max_B, max_T);
+}
+
+}  // namespace
+
 GPT::GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be) : impl(new GPTImpl) {
   impl->be = &be;
   impl->cfg = cfg;
   impl->max_B = max_B;
   impl->max_T = max_T;
   try {
-    impl->build(true);
+    impl->layout = buildable_layout(cfg, max_B, max_T);
+    impl->build();
   } catch (...) {
     delete impl;
     impl = nullptr;
@@ -190,14 +118,8 @@ GPT::GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be) : impl(new G
 }
 GPT::~GPT() { delete impl; }
 
-size_t GPT::memory_need(const ModelConfig& cfg, int max_B, int max_T, Backend& be) {
-  GPTImpl layout;
-  layout.be = &be;
-  layout.cfg = cfg;
-  layout.max_B = max_B;
-  layout.max_T = max_T;
-  layout.build(false);
-  return layout.need_bytes;
+size_t GPT::memory_need(const ModelConfig& cfg, int max_B, int max_T, Backend&) {
+  return buildable_layout(cfg, max_B, max_T).bytes;
 }
 GPT::GPT(GPT&& o) noexcept : impl(o.impl) { o.impl = nullptr; }
 GPT& GPT::operator=(GPT&& o) noexcept {
@@ -252,23 +174,8 @@ float* GPT::grad_accumulator() {
   if (!impl->G_acc.as<float>()) impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);
   return impl->G_acc.as<float>();
 }
-int64_t GPT::num_params() const {
-  int64_t n = 0;
-  for (auto& p : impl->params) n += p.numel();
-  return n;
-}
-
-double GPT::flops_per_token(int T) const {
-  const GPTImpl& m = *impl;
-  // matmul FLOPs of one token's forward: 2 per weight it multiplies (the embedding is a lookup)
-  double mm = double(m.L) * (double(m.qkvw) * m.d + double(m.qw) * m.d + double(m.hw) * m.d +
-                             double(m.Hd) * m.d) +
-              double(m.Vp) * m.d * (m.off_mtp >= 0 ? 2 : 1);  // the multi-token head: the head again
-  if (m.off_mtp >= 0) mm += double(m.d) * m.d;     // and mtp_proj
-  // causal attention: a token does q.k and p.v over the keys it sees (t+1, or fewer with a window)
-  double att = double(m.L) * 4.0 * m.H * m.hd * mean_attended_keys(T, m.cfg.attn_window);
-  return 3.0 * (2.0 * mm + att);  // backward = 2x forward
-}
+int64_t GPT::num_params() const { return impl->layout.num_params(); }
+double GPT::flops_per_token(int T) const { return impl->layout.flops_per_token(T); }
 
 const ModelConfig& GPT::config() const { return impl->cfg; }
 // With a profiler the model issues its ops through a ProfiledBackend over its device, which times

@@ -7,13 +7,12 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/layout.h"
 #include "backend/backend.h"
 
 namespace clm {
 
 struct Profiler;  // core/profiler.h; nullptr = profiling off
-
-enum class ParamKind { Matrix, Embedding, Head, Scalar };  // routes each tensor to an optimizer group
 
 struct Param {
   std::string name;            // e.g. "blocks.3.attn.wq"
@@ -73,7 +72,8 @@ struct GPT {
   // cfg.matmul_precision (auto: bf16 where the device multiplies bf16 natively, else fp32).
   GPT(const ModelConfig& cfg, int max_B, int max_T, Backend& be = cpu_backend());
   // Bytes the constructor would allocate on `be` (weights, gradients, bf16 mirror, activations),
-  // computed from the layout alone; the constructor refuses a model that does not fit the device.
+  // computed from the layout alone (model/layout.h); the constructor refuses a model that does not
+  // fit the device. Both refuse a config validate(ModelConfig) refuses, or one without a vocabulary.
   static size_t memory_need(const ModelConfig& cfg, int max_B, int max_T, Backend& be);
   ~GPT();
   GPT(GPT&&) noexcept;

@@ -17,13 +17,7 @@
 
 namespace clm {
 
-inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }  // keep every carved view 64B aligned
-
-struct LayerOff {  // parameter offsets of one block (-1 = absent)
-  int64_t attn_g = -1, wqkv = -1, qn_g = -1, kn_g = -1, wo = -1, mlp_g = -1, w_in = -1, w_out = -1;
-  int64_t ve = -1;  // value embedding [Vp, kv width] (model.value_embeds)
-  int64_t x0 = -1;  // embedding-skip weights (a, b) of the block input a x + b x0 (model.x0_skips)
-};
+inline int64_t round16(int64_t n) { return align16(n); }  // keep every carved view 64B aligned
 
 struct LayerAct {  // activation pointers of one block
   float* x;         // [N,d] block input (residual stream)
@@ -75,11 +69,12 @@ struct GPTImpl {
   bool bf16_dirty = true;
   Profiler* prof = nullptr;
 
+  ModelLayout layout;  // offsets and sizes of everything below (model/layout.h)
   std::vector<Param> params;
   int64_t nparams = 0;
   DeviceBuffer P, G, Wb;  // params, grads (fp32) and the bf16 mirror of the params
   DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
-  std::vector<LayerOff> loff;
+  std::vector<LayerOff> loff;  // the layout's parameter offsets, by the names the passes use
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
   int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
   int64_t off_mtp = -1;  // mtp_proj [d, d], when model.mtp_weight > 0
@@ -180,10 +175,10 @@ struct GPTImpl {
     carve(&a.act_mm, N * Hd);
   }
 
-  // Lays out parameters and activations; with allocate, refuses a layout larger than the device
-  // and then allocates it (without, only need_bytes is set, for estimates).
-  void build(bool allocate);
-  size_t need_bytes = 0;  // params + grads + bf16 mirror + activations + io, in bytes
+  // Allocates params, grads, the bf16 mirror, the activation arena and io as `layout` says (after
+  // refusing a layout larger than the device) and points every Param and view into them.
+  void build();
+  void bind_activations();
   // ---- the blocks (gpt_train.cpp: training, gpt_infer.cpp: cached inference) ----
   // The halves every block shares: the attention RMSNorm of a.x and the fused q/k/v projection
   // into qkv_buf; and, once attention has written a.att_mm, the output projection, the residual
