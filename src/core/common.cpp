@@ -1,10 +1,12 @@
 // Implementations of the shared utilities declared in common.h.
 #include "core/common.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -122,6 +124,19 @@ double parse_duration(std::string_view s) {
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+double best_rate(const std::function<void()>& body, double work, double min_seconds) {
+  body();
+  double best = 0;
+  const double t_start = now_seconds();
+  for (int reps = 0; reps < 3 || now_seconds() - t_start < min_seconds;) {
+    const double t0 = now_seconds();
+    body();
+    best = std::max(best, work / (now_seconds() - t0));
+    if (++reps > 10000) break;
+  }
+  return best;
 }
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {

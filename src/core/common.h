@@ -2,6 +2,7 @@
 // hashing. Everything here is dependency-free so every module can include it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -41,6 +42,9 @@ bool path_exists(const std::string& path);
 double parse_duration(std::string_view s);
 // Monotonic wall clock in seconds.
 double now_seconds();
+// The best rate `work / seconds` of `body` over repeated runs after one warm-up run: at least 3
+// runs and at least `min_seconds` in all (at most 10,000 runs). For peak-throughput measurements.
+double best_rate(const std::function<void()>& body, double work, double min_seconds);
 
 // 64-bit FNV-1a, for cheap content fingerprints (tokenizer hash, config hash).
 uint64_t fnv1a64(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ULL);

@@ -83,17 +83,8 @@ static void time_bandwidth(size_t n, int threads, double seconds, double& copy_b
     b[i] = 2.0f;
     c[i] = 0.5f;
   }
-  auto best_of = [&](auto&& body, double bytes_per_pass) {
-    body();
-    double best = 0, t_start = now_seconds();
-    int reps = 0;
-    while (reps < 3 || now_seconds() - t_start < seconds) {
-      double t0 = now_seconds();
-      body();
-      best = std::max(best, bytes_per_pass / (now_seconds() - t0));
-      if (++reps > 10000) break;
-    }
-    return best;
+  auto best_of = [&](const std::function<void()>& body, double bytes_per_pass) {
+    return best_rate(body, bytes_per_pass, seconds);
   };
   copy_bw = best_of(
       [&] {

@@ -1,7 +1,6 @@
 // Roofline of this machine: measured matmul throughput (fp32 and bf16: the CPU backend's
-// peak_flops, all threads) and
-// memory bandwidth (STREAM-style copy and triad), cached per machine so `profile`, `bench` and
-// reports can say how far an op is from what the hardware allows. Owned by issue 5.
+// peak_flops, all threads) and memory bandwidth (STREAM-style copy and triad), cached per machine
+// so `profile`, `bench` and reports can say how far an op is from what the hardware allows.
 #pragma once
 #include <cstdio>
 #include <string>

@@ -125,7 +125,7 @@ struct GPT {
   const ModelConfig& config() const;
   void set_profiler(Profiler* p);
 
-  // --- additions by the engine (see docs/MODEL.md) ---
+  // ---- device, precision and evaluation switches (docs/MODEL.md) ----
   Backend& backend() const;
   // Matmul precision: BF16 (bf16 inputs, fp32 accumulation) or F32; set from the config at
   // construction, changed here by gradient checks.

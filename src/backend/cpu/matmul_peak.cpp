@@ -39,16 +39,7 @@ double measure_matmul_flops(int n, bool bf16, double seconds) {
     prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     strm.wait();
   };
-  run();  // warm-up: JIT, page faults
-  double flops = 2.0 * n * double(n) * n, best = 0, t_start = now_seconds();
-  int reps = 0;
-  while (reps < 3 || now_seconds() - t_start < seconds) {
-    double t0 = now_seconds();
-    run();
-    best = std::max(best, flops / (now_seconds() - t0));
-    if (++reps > 10000) break;
-  }
-  return best;
+  return best_rate(run, 2.0 * n * double(n) * n, seconds);  // its warm-up run: JIT, page faults
 }
 
 }  // namespace clm
