@@ -57,10 +57,6 @@ std::string human(double v) {
   return fmt::format("{:.0f}", v);
 }
 
-}  // namespace
-
-namespace {
-
 // The matmul ceiling MFU is measured against: on a CPU this machine's cached roofline when it has
 // been measured (0, no MFU shown, otherwise: measuring would take the run's time), on a GPU the
 // device's own timed gemm in the model's precision.
