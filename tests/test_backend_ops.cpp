@@ -3,6 +3,7 @@
 // results come back with to_host. Forward results are compared with float64 references, backward
 // results with central finite differences of those references, on odd shapes (not multiples of any
 // tile). The CPU backend is the reference implementation; another backend must pass the same tests.
+// The attention ops run once more per GPU: once per CUDA attention implementation (fp32, gemm).
 //
 // Outputs an op overwrites (=) start as NaN, so an element it forgets to write, or adds into,
 // shows; outputs it adds into (+=) start at known values that the references include.
@@ -778,11 +779,49 @@ static VecD attn_ref(const VecD& q, const VecD& k, const VecD& v, int B, int H, 
 
 struct AttnCase { int B, H, Hkv, T, hd, window = 0; };
 
+// q, k, v rounded to bf16 as the gemm implementation's inputs, in float64.
+static VecD bf16_inputs(const VecF& x) { return to_d(round_bf16(x)); }
+static VecD abs_values(VecD x) {
+  for (double& e : x) e = std::abs(e);
+  return x;
+}
+
+// The attention ops' tolerances on one backend: fp32 throughout (CPU, CUDA fp32), or the CUDA gemm
+// implementation's bf16 inputs and probabilities. The latter is compared with the float64
+// reference on the bf16-rounded q, k, v: rounding each probability to bf16 moves it by at most
+// 2^-8 of itself, so o moves by at most 2^-8 sum_j P_j |v_j|, allowed twice (2^-7 times the
+// reference attention of |v|); its gradients (bf16 P, dS, dO, q, k, v in the products) within
+// 3e-2 of the finite differences' scale (the same bounds hold for the plan executed in float64
+// with those roundings, test_attention_blocks.cpp).
+struct AttnTolerance {
+  bool gemm = false;
+  double grad() const { return gemm ? 3e-2 : 2e-5; }
+  // expects o (and lse unless null) close to the reference of q, k, v.
+  void check_forward(const VecF& o, const VecF* lse, const VecF& q, const VecD& k, const VecD& v,
+                     int B, int H, int Hkv, int Tq, int Tk, int hd, int window) const {
+    VecD lr;
+    if (!gemm) {
+      VecD orf = attn_ref(to_d(q), k, v, B, H, Hkv, Tq, Tk, hd, window, &lr);
+      expect_close(o, orf, 2e-5, 0, "o");
+      if (lse) expect_close(*lse, lr, 2e-5, 0, "lse");
+      return;
+    }
+    VecD kr = k, vr = v;
+    for (double& e : kr) e = double(bf16_to_f32(f32_to_bf16(float(e))));
+    for (double& e : vr) e = double(bf16_to_f32(f32_to_bf16(float(e))));
+    const VecD qr = bf16_inputs(q);
+    VecD orf = attn_ref(qr, kr, vr, B, H, Hkv, Tq, Tk, hd, window, &lr);
+    const VecD pv = attn_ref(qr, kr, abs_values(vr), B, H, Hkv, Tq, Tk, hd, window);
+    expect_close(o, orf, 2e-5, 1.0 / 128, "o", &pv);
+    if (lse) expect_close(*lse, lr, 2e-5, 0, "lse");
+  }
+};
+
 // Forward (o and the log-sum-exp) against float64: softmax-weighted sums of O(1) values in fp32,
 // 2e-5. Backward: dq, dk, dv against FD of the float64 attention at `samples` coordinates each,
 // tolerance 2e-5 (the fp32 gradients sum up to T terms, ~1e-6; the float64 differences are exact
-// to ~1e-9).
-static void attention_case(Backend& b, AttnCase c, int samples) {
+// to ~1e-9). The gemm implementation: AttnTolerance.
+static void attention_case(Backend& b, AttnCase c, int samples, AttnTolerance tol = {}) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
                                   << " hd" << c.hd << " window " << c.window);
   size_t nq = size_t(c.B) * c.H * c.T * c.hd, nkv = size_t(c.B) * c.Hkv * c.T * c.hd;
@@ -792,10 +831,9 @@ static void attention_case(Backend& b, AttnCase c, int samples) {
   const HeadShape hs{.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd};
   b.attention_fwd({.shape = hs, .Tq = c.T, .Tk = c.T, .Tk_cap = c.T, .window = c.window, .q = qd.p(),
                    .k = kd.p(), .v = vd.p(), .o = o.p(), .lse = lse.p()});
-  VecD lr;
-  VecD orf = attn_ref(to_d(q), to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window, &lr);
-  expect_close(o.get(), orf, 2e-5, 0, "o");
-  expect_close(lse.get(), lr, 2e-5, 0, "lse");
+  const VecF lse_got = lse.get();
+  tol.check_forward(o.get(), &lse_got, q, to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd,
+                    c.window);
   Dev<float> dq = nan_out(b, nq), dk = nan_out(b, nkv), dv = nan_out(b, nkv);
   b.attention_bwd({.shape = hs, .T = c.T, .window = c.window, .q = qd.p(), .k = kd.p(), .v = vd.p(),
                    .o = o.p(), .lse = lse.p(), .dout = Rd.p(), .dq = dq.p(), .dk = dk.p(), .dv = dv.p()});
@@ -803,44 +841,94 @@ static void attention_case(Backend& b, AttnCase c, int samples) {
   auto L = [&](const VecD& qq, const VecD& kk, const VecD& vx) {
     return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window), R);
   };
-  check_grad([&](const VecD& x) { return L(x, kv, vv); }, q, dq.get(), 2e-5, samples, "dq");
-  check_grad([&](const VecD& x) { return L(qv, x, vv); }, k, dk.get(), 2e-5, samples, "dk");
-  check_grad([&](const VecD& x) { return L(qv, kv, x); }, v, dv.get(), 2e-5, samples, "dv");
+  check_grad([&](const VecD& x) { return L(x, kv, vv); }, q, dq.get(), tol.grad(), samples, "dq");
+  check_grad([&](const VecD& x) { return L(qv, x, vv); }, k, dk.get(), tol.grad(), samples, "dk");
+  check_grad([&](const VecD& x) { return L(qv, kv, x); }, v, dv.get(), tol.grad(), samples, "dv");
 }
 
-TEST_P(BackendOps, AttentionSmallHeadDims) {
-  attention_case(be(), {1, 2, 2, 5, 8}, -1);    // tiny, every coordinate
-  attention_case(be(), {2, 4, 2, 67, 16}, 60);  // GQA, T just past a 64 tile
-  attention_case(be(), {1, 3, 1, 130, 12}, 40); // MQA, three tiles
-  attention_case(be(), {1, 1, 1, 129, 6}, 40);
+namespace {
+
+// The attention ops run once per backend and, on a GPU, once per attention implementation:
+// "cpu", "cuda:N/fp32", "cuda:N/gemm" (backend/cuda/attention_select.h).
+std::vector<std::string> attention_variants() {
+  std::vector<std::string> out;
+  for (const std::string& b : available_backends()) {
+    if (!b.starts_with("cuda:")) {
+      out.push_back(b);
+      continue;
+    }
+    out.push_back(b + "/fp32");
+    out.push_back(b + "/gemm");
+  }
+  return out;
 }
 
-TEST_P(BackendOps, AttentionHeadDim32) {
-  attention_case(be(), {1, 4, 2, 70, 32}, 40);  // GQA
-  attention_case(be(), {2, 3, 3, 33, 32}, 40);  // MHA
+class BackendAttention : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string& p = GetParam();
+    const size_t slash = p.find('/');
+    if (slash == std::string::npos) {
+      be_ = make_backend(p);
+      return;
+    }
+    be_ = make_cuda_backend(std::stoi(p.substr(5, slash - 5)), p.substr(slash + 1));
+    tol_.gemm = p.substr(slash + 1) == "gemm";
+  }
+  Backend& be() { return *be_; }
+  void check(AttnCase c, int samples) { attention_case(*be_, c, samples, tol_); }
+  AttnTolerance tol() const { return tol_; }
+
+ private:
+  std::shared_ptr<Backend> be_;
+  AttnTolerance tol_;
+};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendAttention, testing::ValuesIn(attention_variants()),
+                         backend_test_name);
+
+TEST_P(BackendAttention, SmallHeadDims) {
+  check({1, 2, 2, 5, 8}, -1);    // tiny, every coordinate
+  check({2, 4, 2, 67, 16}, 60);  // GQA, T just past a 64 tile
+  check({1, 3, 1, 130, 12}, 40); // MQA, three tiles
+  check({1, 1, 1, 129, 6}, 40);
 }
 
-TEST_P(BackendOps, AttentionHeadDim64) {
-  attention_case(be(), {1, 2, 1, 64, 64}, 40);  // MQA, exactly one tile
-  attention_case(be(), {1, 4, 2, 100, 64}, 40); // GQA
+TEST_P(BackendAttention, HeadDim32) {
+  check({1, 4, 2, 70, 32}, 40);  // GQA
+  check({2, 3, 3, 33, 32}, 40);  // MHA
 }
 
-TEST_P(BackendOps, AttentionHeadDim128) {
-  attention_case(be(), {1, 2, 1, 77, 128}, 30);  // MQA
-  attention_case(be(), {1, 4, 2, 65, 128}, 30);  // GQA
+TEST_P(BackendAttention, HeadDim64) {
+  check({1, 2, 1, 64, 64}, 40);  // MQA, exactly one tile
+  check({1, 4, 2, 100, 64}, 40); // GQA
 }
 
-TEST_P(BackendOps, AttentionSlidingWindow) {
+TEST_P(BackendAttention, HeadDim128) {
+  check({1, 2, 1, 77, 128}, 30);  // MQA
+  check({1, 4, 2, 65, 128}, 30);  // GQA
+}
+
+TEST_P(BackendAttention, LongerThanAGemmBlock) {
+  // More rows than one query block of the gemm implementation (128): several blocks, the last
+  // one partial, each over its own key range.
+  check({1, 2, 1, 300, 16}, 20);
+  check({1, 4, 2, 260, 16, 100}, 20);
+}
+
+TEST_P(BackendAttention, SlidingWindow) {
   // Windows smaller than a tile, across tile edges (keys of a query split over two tiles, whole
   // tiles skipped), of one key (each query sees only itself) and as long as the row (= causal).
-  attention_case(be(), {1, 2, 1, 150, 16, 5}, 40);
-  attention_case(be(), {2, 4, 2, 200, 64, 70}, 40);
-  attention_case(be(), {1, 2, 2, 130, 32, 64}, 40);
-  attention_case(be(), {1, 1, 1, 40, 8, 1}, 40);
-  attention_case(be(), {1, 3, 1, 70, 128, 70}, 30);
+  check({1, 2, 1, 150, 16, 5}, 40);
+  check({2, 4, 2, 200, 64, 70}, 40);
+  check({1, 2, 2, 130, 32, 64}, 40);
+  check({1, 1, 1, 40, 8, 1}, 40);
+  check({1, 3, 1, 70, 128, 70}, 30);
 }
 
-TEST_P(BackendOps, AttentionKVCache) {
+TEST_P(BackendAttention, KVCache) {
   // Decoding: Tq new queries at the end of Tk valid keys in a cache allocated for Tk_cap. The
   // slots past Tk hold large finite garbage: an op that read them would be visibly wrong.
   // With a window, the queries see only the window's end of the cache.
@@ -848,7 +936,7 @@ TEST_P(BackendOps, AttentionKVCache) {
   for (Case c : {Case{2, 4, 2, 3, 70, 80, 16, true}, Case{1, 2, 1, 1, 129, 129, 64, false},
                  Case{1, 4, 2, 5, 33, 40, 128, true}, Case{2, 2, 2, 20, 20, 64, 32, true},
                  Case{1, 3, 1, 7, 100, 128, 6, false}, Case{2, 4, 2, 3, 150, 160, 16, true, 20},
-                 Case{1, 2, 1, 70, 140, 140, 64, true, 66}}) {
+                 Case{1, 2, 1, 70, 140, 140, 64, true, 66}, Case{1, 2, 1, 150, 300, 310, 32, true}}) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " Tq" << c.Tq
                                     << " Tk" << c.Tk << " cap" << c.cap << " hd" << c.hd << " window "
                                     << c.window);
@@ -872,11 +960,29 @@ TEST_P(BackendOps, AttentionKVCache) {
     be().attention_fwd({.shape = {.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd}, .Tq = c.Tq, .Tk = c.Tk,
                         .Tk_cap = c.cap, .window = c.window, .q = qd.p(), .k = kcd.p(), .v = vcd.p(),
                         .o = o.p(), .lse = c.with_lse ? lse.p() : nullptr});
-    VecD lr;
-    VecD orf = attn_ref(to_d(q), kd, vd, c.B, c.H, c.Hkv, c.Tq, c.Tk, c.hd, c.window, &lr);
-    expect_close(o.get(), orf, 2e-5, 0, "o");
-    if (c.with_lse) expect_close(lse.get(), lr, 2e-5, 0, "lse");
+    const VecF lse_got = lse.get();
+    tol().check_forward(o.get(), c.with_lse ? &lse_got : nullptr, q, kd, vd, c.B, c.H, c.Hkv, c.Tq,
+                        c.Tk, c.hd, c.window);
   }
+}
+
+// Under auto, a GPU backend times both implementations on a shape's first call, keeps one, and its
+// description says which per pass; the results are those of the one kept.
+TEST(BackendAttentionAuto, PicksOnePerShapeAndSaysSo) {
+  int gpus = 0;
+  for (const std::string& n : available_backends()) {
+    if (!n.starts_with("cuda:")) continue;
+    ++gpus;
+    std::shared_ptr<Backend> be = make_cuda_backend(std::stoi(n.substr(5)), "auto");
+    EXPECT_NE(be->description().find("attention auto"), std::string::npos) << be->description();
+    attention_case(*be, {2, 4, 2, 200, 64}, 20, AttnTolerance{.gemm = true});
+    const std::string d = be->description();
+    EXPECT_NE(d.find("fwd "), std::string::npos) << d;
+    EXPECT_NE(d.find("bwd "), std::string::npos) << d;
+    attention_case(*be, {2, 4, 2, 200, 64}, 20, AttnTolerance{.gemm = true});  // the cached pick
+    EXPECT_EQ(be->description(), d);
+  }
+  if (gpus == 0) GTEST_SKIP() << "no CUDA backend: auto has nothing to choose between";
 }
 
 // =================================================================================================

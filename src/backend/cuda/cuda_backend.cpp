@@ -1,9 +1,10 @@
 // The CUDA backend: the Backend interface on one GPU. Every op is enqueued on the backend's one
 // stream, so ops run in issue order and nothing waits for the device except what the interface
 // says waits (to_host, synchronize, a timer's stop, softcap_xent's and sum_squares' totals).
-// Kernels live in ops.cu, attention.cu and optim.cu; this file is host code: memory, cuBLASLt
-// matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz as a chain of
-// those matmuls, and the scratch buffers the kernels borrow.
+// Kernels live in ops.cu, attention.cu, attention_gemm.cu and optim.cu; this file is host code:
+// memory, cuBLASLt matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz
+// as a chain of those matmuls, the attention implementation per shape (attention_select.h), and
+// the scratch buffers the kernels borrow.
 //
 // Matmuls: fp32 accumulation always (CUBLAS_COMPUTE_32F); fp32 inputs are multiplied in true fp32
 // (no TF32), as on the CPU, so both backends mean the same thing by "fp32".
@@ -23,6 +24,8 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_gemm.h"
+#include "backend/cuda/attention_select.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
 #include "core/common.h"
@@ -81,7 +84,8 @@ struct GemmPlan {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaDeviceInfo& info) : info_(info), dev_(info.index) {
+  CudaBackend(const CudaDeviceInfo& info, cuda::AttnMode attention)
+      : info_(info), dev_(info.index), attn_mode_(attention) {
     check(cudaSetDevice(dev_), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
           "cudaDeviceGetAttribute");
@@ -96,17 +100,17 @@ class CudaBackend final : public Backend {
     check(cudaMallocHost(reinterpret_cast<void**>(&hres_), kResults * sizeof(double)),
           "cudaMallocHost");
   }
-  // Never destroyed: one instance per device lives for the process (see make_cuda_backend), so no
-  // CUDA call runs after the runtime has shut down at exit.
+  // Never destroyed: one instance per device and attention implementation lives for the process
+  // (see make_cuda_backend), so no CUDA call runs after the runtime has shut down at exit.
   ~CudaBackend() override = default;
 
   // ---- identity ----
   std::string name() const override { return fmt::format("cuda:{}", dev_); }
   std::string description() const override {
     return fmt::format(
-        "cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, fp32 attention)", dev_,
+        "cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, attention {})", dev_,
         info_.name, info_.cc_major, info_.cc_minor, info_.sm_count,
-        double(info_.total_memory) / double(1ull << 30));
+        double(info_.total_memory) / double(1ull << 30), attention_description());
   }
   bool host_visible() const override { return false; }
   bool native_bf16() const override { return info_.cc_major >= 8; }
@@ -289,21 +293,45 @@ class CudaBackend final : public Backend {
                         scratch(cuda::qkv_heads_bwd_scratch(s.B, a.T, s.H, s.Hkv, s.hd)));
     launched("qkv_heads_bwd");
   }
+  // Attention runs on the implementation of attn_mode_; under auto, on the one chosen per shape.
   void attention_fwd(const AttentionFwdArgs& a) override {
     use();
     const HeadShape& s = a.shape;
-    check_head_dim(s.hd);
-    cuda::attention_fwd(st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap, s.hd,
-                        a.window);
-    launched("attention_fwd");
+    const cuda::AttnShape key{.B = s.B, .H = s.H, .Hkv = s.Hkv, .Tq = a.Tq, .Tk = a.Tk,
+                              .Tk_cap = a.Tk_cap, .hd = s.hd, .window = a.window};
+    with_attention(key, [&](cuda::AttnImpl impl) {
+      if (impl == cuda::AttnImpl::Fp32) {
+        check_head_dim(s.hd);
+        cuda::attention_fwd(st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap,
+                            s.hd, a.window);
+      } else {
+        void* ws = scratch(cuda::attention_gemm_fwd_scratch(s.B, s.H, a.Tq, a.Tk, s.hd, a.window));
+        check(cuda::attention_gemm_fwd(blas_, st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq,
+                                       a.Tk, a.Tk_cap, s.hd, a.window, ws),
+              "attention_fwd (gemm)");
+      }
+      launched("attention_fwd");
+    });
   }
   void attention_bwd(const AttentionBwdArgs& a) override {
     use();
     const HeadShape& s = a.shape;
-    check_head_dim(s.hd);
-    cuda::attention_bwd(st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv,
-                        a.T, s.hd, a.window, scratch(cuda::attention_bwd_scratch(s.B, s.H, a.T)));
-    launched("attention_bwd");
+    const cuda::AttnShape key{.backward = true, .B = s.B, .H = s.H, .Hkv = s.Hkv, .Tq = a.T,
+                              .Tk = a.T, .Tk_cap = a.T, .hd = s.hd, .window = a.window};
+    with_attention(key, [&](cuda::AttnImpl impl) {
+      if (impl == cuda::AttnImpl::Fp32) {
+        check_head_dim(s.hd);
+        cuda::attention_bwd(st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H,
+                            s.Hkv, a.T, s.hd, a.window,
+                            scratch(cuda::attention_bwd_scratch(s.B, s.H, a.T)));
+      } else {
+        void* ws = scratch(cuda::attention_gemm_bwd_scratch(s.B, s.H, s.Hkv, a.T, s.hd, a.window));
+        check(cuda::attention_gemm_bwd(blas_, st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk,
+                                       a.dv, s.B, s.H, s.Hkv, a.T, s.hd, a.window, ws),
+              "attention_bwd (gemm)");
+      }
+      launched("attention_bwd");
+    });
   }
   void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
     use();
@@ -481,7 +509,8 @@ class CudaBackend final : public Backend {
   }
   void check_head_dim(int hd) const {
     if (hd > cuda::attention_max_head_dim())
-      fail("the CUDA attention kernels support head_dim up to {}, not {}",
+      fail("the CUDA fp32 attention kernels support head_dim up to {}, not {} "
+           "(CLOCKLM_CUDA_ATTENTION=gemm has no limit)",
            cuda::attention_max_head_dim(), hd);
     const size_t need = cuda::attention_smem_bytes(hd);
     if (need > size_t(smem_optin_))
@@ -489,6 +518,46 @@ class CudaBackend final : public Backend {
           "the CUDA attention kernels need {} KiB of shared memory per block at head_dim {}; {} "
           "offers {} KiB",
           need >> 10, hd, info_.name, smem_optin_ >> 10);
+  }
+  bool fp32_attention_fits(int hd) const {
+    return hd <= cuda::attention_max_head_dim() &&
+           cuda::attention_smem_bytes(hd) <= size_t(smem_optin_);
+  }
+
+  // Calls run(impl) once with the implementation for this shape. Under auto, the first call of a
+  // shape runs both once (warm-up: cuBLAS plans, scratch), times one more run of each and records
+  // the faster (faster_attention); the chosen one runs last, so the outputs are its own. Both
+  // implementations only overwrite their outputs, so running an op again changes nothing else.
+  template <typename Run>
+  void with_attention(const cuda::AttnShape& key, Run run) {
+    using cuda::AttnImpl;
+    if (attn_mode_ != cuda::AttnMode::Auto || !fp32_attention_fits(key.hd)) {
+      run(attn_mode_ == cuda::AttnMode::Fp32 ? AttnImpl::Fp32 : AttnImpl::Gemm);
+      return;
+    }
+    if (const auto picked = attn_choices_.find(key)) {
+      run(*picked);
+      return;
+    }
+    const AttnImpl both[2] = {AttnImpl::Fp32, AttnImpl::Gemm};
+    double sec[2] = {0, 0};
+    for (AttnImpl impl : both) run(impl);
+    auto t = timer();
+    for (int i = 0; i < 2; ++i) {
+      t->start();
+      run(both[i]);
+      sec[i] = t->stop();
+    }
+    const AttnImpl pick = cuda::faster_attention(sec[0], sec[1]);
+    attn_choices_.record(key, pick);
+    if (pick == AttnImpl::Fp32) run(pick);
+  }
+  std::string attention_description() const {
+    switch (attn_mode_) {
+      case cuda::AttnMode::Fp32: return "fp32 (CUDA-core tiles)";
+      case cuda::AttnMode::Gemm: return "gemm (bf16 tensor-core GEMMs)";
+      default: return fmt::format("auto, per shape: {}", attn_choices_.summary());
+    }
   }
 
   // Copies `n` doubles of dres_ to the host and waits: the one host synchronisation of the ops
@@ -619,6 +688,8 @@ class CudaBackend final : public Backend {
   CudaDeviceInfo info_;
   int dev_;
   int smem_optin_ = 0;         // shared memory per block a kernel may opt in to
+  cuda::AttnMode attn_mode_;   // CLOCKLM_CUDA_ATTENTION or make_cuda_backend's choice
+  cuda::AttnChoices attn_choices_;  // auto's implementation per shape
   std::mutex peak_mu_;
   double peak_[2] = {0, 0};  // peak_flops: bf16, fp32 (0: not measured yet)
   bool sync_each_op_ = false;  // CLOCKLM_CUDA_SYNC=1
@@ -638,15 +709,21 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::shared_ptr<Backend> make_cuda_backend(int index) {
+std::shared_ptr<Backend> make_cuda_backend(int index) { return make_cuda_backend(index, ""); }
+
+std::shared_ptr<Backend> make_cuda_backend(int index, const std::string& attention) {
+  const cuda::AttnMode mode =
+      attention.empty() ? cuda::attention_mode_from_env()
+                        : cuda::parse_attention_mode(attention, "cuda:" + std::to_string(index));
   static std::mutex mu;
-  static std::map<int, CudaBackend*> made;  // one per device, for the whole process
+  // One per device and attention implementation, for the whole process.
+  static std::map<std::pair<int, cuda::AttnMode>, CudaBackend*> made;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = made.find(index);
+  auto it = made.find({index, mode});
   if (it == made.end()) {
     const std::vector<CudaDeviceInfo> devs = cuda_devices();
     if (index < 0 || index >= int(devs.size())) fail("cuda:{}: no such device", index);
-    it = made.emplace(index, new CudaBackend(devs[size_t(index)])).first;
+    it = made.emplace(std::make_pair(index, mode), new CudaBackend(devs[size_t(index)], mode)).first;
   }
   return std::shared_ptr<Backend>(it->second, [](Backend*) {});
 }

@@ -24,6 +24,11 @@ std::string cuda_unavailable_reason();         // why cuda_devices() is empty ("
 constexpr int kCudaMinMajor = 8;
 // The process-wide CUDA backend of device `index` (created on first use; backend/cuda/
 // cuda_backend.cpp). Throws Error when the device cannot be used or CUDA is not compiled in.
+// Its attention implementation is CLOCKLM_CUDA_ATTENTION's (backend/cuda/attention_select.h).
 std::shared_ptr<Backend> make_cuda_backend(int index);
+// The same with the attention implementation named ("auto" | "fp32" | "gemm"; "" reads
+// CLOCKLM_CUDA_ATTENTION): one instance per device and implementation, for the tests and
+// benchmarks that compare the implementations.
+std::shared_ptr<Backend> make_cuda_backend(int index, const std::string& attention);
 
 }  // namespace clm

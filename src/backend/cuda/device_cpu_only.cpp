@@ -9,5 +9,8 @@ bool cuda_compiled() { return false; }
 std::vector<CudaDeviceInfo> cuda_devices() { return {}; }
 std::string cuda_unavailable_reason() { return "clocklm was built without the CUDA backend"; }
 std::shared_ptr<Backend> make_cuda_backend(int) { fail("clocklm was built without the CUDA backend"); }
+std::shared_ptr<Backend> make_cuda_backend(int, const std::string&) {
+  fail("clocklm was built without the CUDA backend");
+}
 }  // namespace clm
 #endif
