@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for one short GPU window (about 15 minutes of device time, this script
-# well under 10): run the op tests and the CPU-parity tests on the GPU, measure the bf16 (and fp32)
-# cuBLASLt matmul peak at 8192^3, time training steps of baseline-50m and d12 at seq 2048 with
-# tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the PyTorch peer on the same
-# configs when torch with CUDA is installed. Every step is timed and its exit status recorded; a
+# well under 10): run the op tests (the attention ones per CUDA attention implementation) and the
+# CPU-parity tests on the GPU, measure the bf16 (and fp32) cuBLASLt matmul peak at 8192^3, the
+# attention TFLOP/s of each implementation and auto's pick, time training steps of baseline-50m
+# and d12 at seq 2048 with tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the
+# PyTorch peer on the same configs when torch with CUDA is installed. Every step is timed and its exit status recorded; a
 # failed step is reported and the script goes on. Everything goes to one results file.
 #
 # The test step cannot pass empty: it fails unless a CUDA device was found and every CUDA instance
-# of the op tests (one per op test per device, counted from the binary's own list) and every
-# CUDA parity test ran and passed; skipped counts as not passed.
+# of the op tests (one per op test per device, two per attention op test per device: fp32 and
+# gemm, counted from the binary's own list), auto's check and every CUDA parity test ran and
+# passed; skipped counts as not passed.
 #
 # usage: bench/gpu_check.sh --bundle DIR|FILE.tar.zst   (the output of scripts/gpu-bundle.sh: no build)
 #        bench/gpu_check.sh --binaries DIR              (a build folder holding clocklm and clocklm_tests)
@@ -114,16 +116,22 @@ NGPU=$(grep -c '^cuda device [0-9]' "$LOGS/info.log")
 # ---- (b) tests ------------------------------------------------------------------------------------
 # The op tests are instantiated once per backend when the binary starts, so their CUDA instances
 # exist only where a device is; the CPU instances, listed anywhere, give the count to expect.
+# The attention op tests run once per CUDA attention implementation (cuda_N_fp32, cuda_N_gemm),
+# and one more test checks auto's choice on each device.
 OPS=$("$TESTS" --gtest_list_tests --gtest_filter='Backends/BackendOps.*' | grep -c '^  .*/cpu ')
+ATTN=$("$TESTS" --gtest_list_tests --gtest_filter='Backends/BackendAttention.*' | grep -c '^  .*/cpu ')
 PARITY=$("$TESTS" --gtest_list_tests --gtest_filter='CudaParity.*' | grep -c '^  ')
-EXPECTED=$(( OPS * NGPU + PARITY + 1 ))
+EXPECTED=$(( OPS * NGPU + ATTN * 2 * NGPU + PARITY + 2 ))
 # CLOCKLM_CUDA_SYNC=1: each op waits for itself, so a kernel fault names the op that caused it.
-step test_binary 240 env CLOCKLM_CUDA_SYNC=1 "$TESTS" --gtest_filter='Backends/BackendOps.*/cuda_*:CudaParity.*:BackendOpsDevices.*'
+step test_binary 300 env CLOCKLM_CUDA_SYNC=1 "$TESTS" \
+  --gtest_filter='Backends/BackendOps.*/cuda_*:Backends/BackendAttention.*/cuda_*:BackendAttentionAuto.*:CudaParity.*:BackendOpsDevices.*'
 PASSED=$(grep -c '^\[       OK \]' "$LOGS/test_binary.log")
 PASSED_CUDA=$(grep -c '^\[       OK \] Backends/BackendOps\..*/cuda_' "$LOGS/test_binary.log")
+PASSED_FP32=$(grep -c '^\[       OK \] Backends/BackendAttention\..*/cuda_[0-9]*_fp32 ' "$LOGS/test_binary.log")
+PASSED_GEMM=$(grep -c '^\[       OK \] Backends/BackendAttention\..*/cuda_[0-9]*_gemm ' "$LOGS/test_binary.log")
 SKIPPED=$(grep -c '^\[  SKIPPED \] [A-Za-z].* (' "$LOGS/test_binary.log")
 NFAILED=$(grep -c '^\[  FAILED  \] [A-Za-z].* (' "$LOGS/test_binary.log")
-say "tests: $PASSED of $EXPECTED expected passed ($PASSED_CUDA CUDA op instances = $OPS op tests x $NGPU devices, $PARITY parity tests, 1 device check); $SKIPPED skipped, $NFAILED failed"
+say "tests: $PASSED of $EXPECTED expected passed ($PASSED_CUDA CUDA op instances = $OPS op tests x $NGPU devices, attention $PASSED_FP32 fp32 + $PASSED_GEMM gemm of $ATTN x $NGPU each, $PARITY parity tests, 1 device check, 1 auto check); $SKIPPED skipped, $NFAILED failed"
 grep -E '^\[  (FAILED|SKIPPED) *\] [A-Za-z].* \(' "$LOGS/test_binary.log" | head -20 | sed 's/^/  /' >> "$RES"
 if [ "$NGPU" -eq 0 ]; then
   say "[FAIL] tests: no CUDA device was found ($(grep -m1 '^cuda devices' "$LOGS/info.log" || echo 'clocklm info failed')), so no CUDA test ran"
@@ -142,8 +150,22 @@ if step gemm_bf16 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 
 fi
 step gemm_fp32 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision fp32 --reps 5 --json &&
   say "fp32 cuBLASLt 8192^3: $(tail -1 "$LOGS/gemm_fp32.log")"
-step attention 40 "$BIN" bench attention --device cuda --batch 8 --heads 12 --seq 2048 --head-dim 64 --json &&
-  say "attention B8 H12 T2048 hd64: $(tail -1 "$LOGS/attention.log")"
+# Attention per implementation (CLOCKLM_CUDA_ATTENTION), causal, B8 H12 T2048: TFLOP/s of the
+# attended pairs (forward 4 hd, backward 10 hd FLOPs per pair), and which one auto picked.
+for impl in fp32 gemm auto; do
+  for hd in 64 128; do
+    step "attention_${impl}_hd$hd" 40 env CLOCKLM_CUDA_ATTENTION=$impl "$BIN" bench attention --device cuda \
+      --batch 8 --heads 12 --seq 2048 --head-dim $hd --reps 5 --json &&
+      python3 - "$LOGS/attention_${impl}_hd$hd.log" "$impl" "$hd" >> "$RES" 2>&1 << 'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+attn = j["device"].split("attention ", 1)[-1].rstrip(")")
+print(f"attention {sys.argv[2]:4} B8 H12 T2048 hd{sys.argv[3]:3}: fwd {j['forward_gflops']/1e3:.1f} TFLOP/s "
+      f"({j['forward_ms_best']:.2f} ms), bwd {j['backward_gflops']/1e3:.1f} TFLOP/s ({j['backward_ms_best']:.2f} ms); "
+      f"ran: {attn}")
+EOF
+  done
+done
 step ns 30 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
   say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
 

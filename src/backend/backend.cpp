@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/attention_select.h"
 #include "backend/cuda/device.h"
 #include "core/common.h"
 
@@ -67,6 +68,7 @@ std::shared_ptr<Backend> make_backend(const std::string& name) {
   if (name == "auto") {
     const int dev = first_usable_cuda();
     if (dev < 0) return cpu;
+    cuda::attention_mode_from_env();  // a bad CLOCKLM_CUDA_ATTENTION is an error, not a CPU fallback
     try {
       return make_cuda_backend(dev);
     } catch (const Error&) {

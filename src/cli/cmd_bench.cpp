@@ -3,7 +3,8 @@
 // ceiling. Per-phase times (forward, backward, optimizer) show where a step goes.
 // `clocklm bench gemm`: one matmul shape alone (a device's matmul peak).
 // `clocklm bench attention`: times the causal attention kernel alone (forward, backward) at a given
-// shape and reports GFLOP/s, for work on that kernel.
+// shape and reports GFLOP/s and the device description (on a GPU: which attention implementation
+// ran, CLOCKLM_CUDA_ATTENTION), for work on that kernel.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -174,6 +175,7 @@ void run_bench_train(const BenchArgs& a) {
     std::vector<std::pair<std::string, Agg>> rows(agg.begin(), agg.end());
     std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.second.t > y.second.t; });
     double tot = t_step;
+    std::fprintf(stderr, "device: %s\n", be->description().c_str());
     std::fprintf(stderr, "%-26s %9s %6s %9s %8s\n", "op/phase", "ms/step", "%", "GFLOP/s", "GB/s");
     for (auto& [k, g] : rows)
       std::fprintf(stderr, "%-26s %9.2f %6.1f %9.1f %8.1f\n", k.c_str(), g.t / a.steps * 1e3,
@@ -280,12 +282,13 @@ void run_bench_attention(const AttnArgs& a) {
                         {"head_dim", hd}, {"window", a.window}, {"threads", threads}, {"reps", a.reps},
                         {"forward_ms_best", fb * 1e3}, {"forward_ms_mean", fm * 1e3}, {"forward_gflops", fwd_flops / fb / 1e9},
                         {"backward_ms_best", bb * 1e3}, {"backward_ms_mean", bm * 1e3}, {"backward_gflops", bwd_flops / bb / 1e9},
-                        {"version", CLOCKLM_VERSION}};
+                        {"device", be->description()}, {"version", CLOCKLM_VERSION}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, fp32, best of %d)\n", B, H, Hkv, T, hd,
+  std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, best of %d)\n", B, H, Hkv, T, hd,
               threads, a.reps);
+  std::printf("  device: %s\n", be->description().c_str());
   std::printf("  %-9s %10s %10s %10s\n", "pass", "best ms", "mean ms", "GFLOP/s");
   std::printf("  %-9s %10.2f %10.2f %10.1f\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9);
   std::printf("  %-9s %10.2f %10.2f %10.1f\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);

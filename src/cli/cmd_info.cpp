@@ -1,8 +1,10 @@
-// `clocklm info`: version, CPU threads, transports between ranks, and CUDA devices (or why there are none).
+// `clocklm info`: version, CPU threads, transports between ranks, CUDA devices (or why there are
+// none) and the CUDA attention implementation setting.
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "backend/cuda/attention_select.h"
 #include "backend/cuda/device.h"
 #include "dist/comm.h"
 
@@ -17,6 +19,9 @@ void register_info_commands(CLI::App& app) {
     for (const std::string& t : available_transports()) transports += (transports.empty() ? "" : ", ") + t;
     std::printf("transports between ranks: %s\n", transports.c_str());
     std::printf("cuda backend compiled: %s\n", cuda_compiled() ? "yes" : "no");
+    if (cuda_compiled())
+      std::printf("cuda attention: %s (CLOCKLM_CUDA_ATTENTION: auto times fp32 and gemm per shape)\n",
+                  cuda::attention_mode_name(cuda::attention_mode_from_env()));
     auto devs = cuda_devices();
     if (devs.empty()) std::printf("cuda devices: none (%s)\n", cuda_unavailable_reason().c_str());
     for (auto& d : devs)
