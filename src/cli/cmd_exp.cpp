@@ -79,6 +79,7 @@ static void register_profile(CLI::App& app) {
                 r.config_name.c_str(), r.B, r.T, r.threads, r.tokens_per_step / step_s,
                 r.tokens_per_step * r.flops_per_token / step_s / 1e9,
                 100 * r.tokens_per_step * r.flops_per_token / step_s / s.peak_flops(), o->fp32 ? "fp32" : "bf16");
+    std::printf("device: %s\n", r.device.c_str());
     std::printf("%s", format_profile_table(s, o->top).c_str());
     std::printf("wrote %s/profile.json, %s/trace.json (open in https://ui.perfetto.dev), %s/profile.txt\n",
                 o->out.c_str(), o->out.c_str(), o->out.c_str());

@@ -62,6 +62,7 @@ ProfileRunResult profile_training_steps(const ProfileRunOptions& o) {
   r.tokens_per_step = double(B) * T;
   r.flops_per_token = model.flops_per_token(T);
   r.config_name = cfg.name;
+  r.device = be->description();
   r.B = B;
   r.T = T;
   r.threads = threads;

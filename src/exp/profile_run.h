@@ -24,6 +24,7 @@ struct ProfileRunResult {
   double measured_seconds = 0;    // wall time of the profiled steps
   double tokens_per_step = 0, flops_per_token = 0;
   std::string config_name;
+  std::string device;             // the backend's description after the steps (kernels chosen)
   int B = 0, T = 0, threads = 0;
 };
 
