@@ -17,6 +17,7 @@
 #include "backend/cuda/attention_select.h"
 #include "backend/dtype.h"
 #include "core/common.h"
+#include "test_cli_util.h"
 #include "test_num_util.h"
 
 using namespace clm;
@@ -421,4 +422,20 @@ TEST(AttentionSelect, ModesAndTheAutoRule) {
   EXPECT_EQ(c.find(a), AttnImpl::Gemm);
   EXPECT_EQ(c.find(b), AttnImpl::Fp32);
   EXPECT_EQ(c.summary(), "fwd gemm 1, fp32 1; bwd fp32 1");
+}
+
+TEST(AttentionSelect, InfoShowsTheSettingAndRefusesAnUnknownOne) {
+  cli_test::CmdResult r =
+      cli_test::run_cmd("CLOCKLM_CUDA_ATTENTION=gemm " + std::string(CLOCKLM_BINARY) + " info");
+  EXPECT_EQ(r.status, 0) << r.out;
+  if (r.out.find("cuda backend compiled: yes") != std::string::npos) {
+    EXPECT_NE(r.out.find("cuda attention: gemm"), std::string::npos) << r.out;
+  }
+  r = cli_test::run_cmd("CLOCKLM_CUDA_ATTENTION=fast " + std::string(CLOCKLM_BINARY) + " info");
+  if (r.out.find("cuda backend compiled: no") != std::string::npos) return;  // no CUDA setting
+  EXPECT_EQ(r.status, 1) << r.out;
+  const size_t at = r.out.find("clocklm: error: CLOCKLM_CUDA_ATTENTION: CUDA attention 'fast'");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);  // the whole message
+  EXPECT_NE(line.find("(auto | fp32 | gemm)"), std::string::npos) << r.out;
 }
