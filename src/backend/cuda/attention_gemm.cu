@@ -38,8 +38,9 @@ __global__ void heads_bf16_k(const float* x, uint16_t* y, int64_t n, int H, int 
 // One warp per row of a forward block: row = bh * nq + r is query q0 + r of head bh, at absolute
 // position off + q0 + r; its scores S[row, 0..nk) are keys k0... P gets the normalised
 // probabilities (0 where not visible), lse (if not null) the row's log-sum-exp.
-__global__ void softmax_rows_k(const float* S, uint16_t* P, float* lse, int64_t rows, int nq, int nk,
-                               int ld, int q0, int off, int k0, int Tq, int window, float scale) {
+__global__ void softmax_rows_k(const float* S, uint16_t* P, float* lse, int64_t rows, int nq,
+                               int nk, int ld, int q0, int off, int k0, int Tq, int window,
+                               float scale) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -247,8 +248,9 @@ cublasStatus_t attention_gemm_bwd(cublasHandle_t blas, cudaStream_t st, const fl
                    gv0, hd, hs, 1.0f, BH));  // dV += P^T dO
     status(gemm_rm(blas, true, false, b.nk, hd, b.nq, bf16_tile(dS, b), bf16_heads(qb, b.q0, hd, T),
                    gk0, hd, hs, 1.0f, BH));  // dK += dS^T Q
-    status(gemm_rm(blas, false, false, b.nq, hd, b.nk, bf16_tile(dS, b), bf16_heads(kb, b.k0, hd, T),
-                   dq + int64_t(b.q0) * hd, hd, hs, 0.0f, BH));  // dQ = dS K
+    status(gemm_rm(blas, false, false, b.nq, hd, b.nk, bf16_tile(dS, b),
+                   bf16_heads(kb, b.k0, hd, T), dq + int64_t(b.q0) * hd, hd, hs, 0.0f,
+                   BH));  // dQ = dS K
   }
   if (expand) {
     const int64_t n = int64_t(B) * Hkv * T * hd;

@@ -723,7 +723,8 @@ std::shared_ptr<Backend> make_cuda_backend(int index, const std::string& attenti
   if (it == made.end()) {
     const std::vector<CudaDeviceInfo> devs = cuda_devices();
     if (index < 0 || index >= int(devs.size())) fail("cuda:{}: no such device", index);
-    it = made.emplace(std::make_pair(index, mode), new CudaBackend(devs[size_t(index)], mode)).first;
+    it = made.emplace(std::make_pair(index, mode), new CudaBackend(devs[size_t(index)], mode))
+             .first;
   }
   return std::shared_ptr<Backend>(it->second, [](Backend*) {});
 }
