@@ -147,9 +147,9 @@ void plan_bwd(const Shape& s, int rows, bool bf, const VecD& q, const VecD& k, c
   VecD qb = heads(q, s.B, s.H, s.H, T, T, hd, bf), kb = heads(k, s.B, s.H, s.Hkv, T, T, hd, bf),
        vb = heads(v, s.B, s.H, s.Hkv, T, T, hd, bf), dob = heads(dout, s.B, s.H, s.H, T, T, hd, bf);
   VecD D(size_t(BH) * T);
-  for (size_t r = 0; r < D.size(); ++r) {  // rowdot_k, unrounded
+  for (size_t r = 0; r < D.size(); ++r) {  // rowdot_k: the rounded dO (as in dP) times O
     double acc = 0;
-    for (int d = 0; d < hd; ++d) acc += dout[r * hd + d] * o[r * hd + d];
+    for (int d = 0; d < hd; ++d) acc += dob[r * hd + d] * o[r * hd + d];
     D[r] = acc;
   }
   VecD S(size_t(BH) * plan.max_tile), dP(S.size()), P(S.size()), dS(S.size());
@@ -439,3 +439,4 @@ TEST(AttentionSelect, InfoShowsTheSettingAndRefusesAnUnknownOne) {
   const std::string line = r.out.substr(at, r.out.find('\n', at) - at);  // the whole message
   EXPECT_NE(line.find("(auto | fp32 | gemm)"), std::string::npos) << r.out;
 }
+

@@ -6,10 +6,10 @@
 // stride serves every head. Forward, per query block: S = Q K^T (fp32), a row softmax of the
 // visible scores writes P (bf16) and the log-sum-exp, O = P V (fp32, straight into o).
 // Backward, per query block, from the saved log-sum-exp: S = Q K^T and dP = dO V^T (fp32), then
-// P and dS = P (dP - D) scale (bf16, D = rowsum(dO * O) in fp32), dV += P^T dO, dK += dS^T Q and
-// dQ = dS K. dK and dV accumulate in fp32 across the blocks in block order, and with GQA per
-// query head, summed over each kv head's group at the end in head order: no atomics, the same
-// bits every run.
+// P and dS = P (dP - D) scale (bf16, D = rowsum(dO * O) in fp32 of the bf16 dO), dV += P^T dO,
+// dK += dS^T Q and dQ = dS K. dK and dV accumulate in fp32 across the blocks in block order, and
+// with GQA per query head, summed over each kv head's group at the end in head order: no atomics,
+// the same bits every run.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -66,13 +66,16 @@ __global__ void softmax_rows_k(const float* S, uint16_t* P, float* lse, int64_t 
   if (lse && lane == 0) lse[bh * Tq + q0 + r] = L;
 }
 
-// D[row] = dO[row] . O[row], one warp per row.
-__global__ void rowdot_k(const float* dout, const float* o, float* D, int64_t rows, int hd) {
+// D[row] = dO[row] . O[row] with dO the bf16 copy that dP = dO V^T multiplies, one warp per row.
+// O = P V of the same bf16 P and V, so D = sum_j P_j dP_j and each row of dS sums to ~0 (an fp32
+// dO here would leave a per-row offset of dO's rounding error in every dS of the row).
+__global__ void rowdot_k(const uint16_t* dout, const float* o, float* D, int64_t rows, int hd) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= rows) return;
   float acc = 0.0f;
-  for (int d = lane; d < hd; d += 32) acc += dout[w * hd + d] * o[w * hd + d];
+  for (int d = lane; d < hd; d += 32)
+    acc += __uint_as_float(uint32_t(dout[w * hd + d]) << 16) * o[w * hd + d];
   acc = warp_sum(acc);
   if (lane == 0) D[w] = acc;
 }
@@ -227,7 +230,7 @@ cublasStatus_t attention_gemm_bwd(cublasHandle_t blas, cudaStream_t st, const fl
   heads_bf16(st, k, kb, B, H, Hkv, T, T, hd);
   heads_bf16(st, v, vb, B, H, Hkv, T, T, hd);
   heads_bf16(st, dout, dob, B, H, H, T, T, hd);
-  rowdot_k<<<warp_rows_grid(rows_all), kThreads, 0, st>>>(dout, o, D, rows_all, hd);
+  rowdot_k<<<warp_rows_grid(rows_all), kThreads, 0, st>>>(dob, o, D, rows_all, hd);
   cudaMemsetAsync(gk, 0, size_t(heads) * 4, st);
   cudaMemsetAsync(gv, 0, size_t(heads) * 4, st);
   const float scale = 1.0f / sqrtf(float(hd));
