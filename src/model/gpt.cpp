@@ -68,19 +68,22 @@ void GPTImpl::build() {
   if (off_mtp >= 0) tgt2_d = big_d + s;
 }
 
+LayerAct GPTImpl::bind_block(const BlockActs& b, float* base) {
+  auto at = [base](int64_t off) { return off >= 0 ? base + off : nullptr; };
+  LayerAct v;
+  v.x = at(b.x), v.xpre = at(b.xpre), v.mid = at(b.mid), v.ln1_rstd = at(b.ln1_rstd), v.ln1_mm = at(b.ln1_mm);
+  v.qraw = at(b.qraw), v.kraw = at(b.kraw), v.q_rstd = at(b.q_rstd), v.k_rstd = at(b.k_rstd);
+  v.q = at(b.q), v.k = at(b.k), v.v = at(b.v), v.o = at(b.o), v.lse = at(b.lse), v.att_mm = at(b.att_mm);
+  v.ln2_rstd = at(b.ln2_rstd), v.ln2_mm = at(b.ln2_mm), v.h = at(b.h), v.act_mm = at(b.act_mm);
+  return v;
+}
+
 void GPTImpl::bind_activations() {
   const ActivationPlan& a = layout.act;
   float* base = A.as<float>();
   auto at = [base](int64_t off) { return off >= 0 ? base + off : nullptr; };
   la.resize(size_t(L));
-  for (int i = 0; i < L; ++i) {
-    const BlockActs& b = a.blocks[size_t(i)];
-    LayerAct& v = la[size_t(i)];
-    v.x = at(b.x), v.xpre = at(b.xpre), v.mid = at(b.mid), v.ln1_rstd = at(b.ln1_rstd), v.ln1_mm = at(b.ln1_mm);
-    v.qraw = at(b.qraw), v.kraw = at(b.kraw), v.q_rstd = at(b.q_rstd), v.k_rstd = at(b.k_rstd);
-    v.q = at(b.q), v.k = at(b.k), v.v = at(b.v), v.o = at(b.o), v.lse = at(b.lse), v.att_mm = at(b.att_mm);
-    v.ln2_rstd = at(b.ln2_rstd), v.ln2_mm = at(b.ln2_mm), v.h = at(b.h), v.act_mm = at(b.act_mm);
-  }
+  for (int i = 0; i < L; ++i) la[size_t(i)] = bind_block(a.blocks[size_t(i)], base);
   dx0 = at(a.dx0), x_final = at(a.x_final), lnf_rstd = at(a.lnf_rstd), lnf_mm = at(a.lnf_mm), dxf = at(a.dxf);
   head_dw = at(a.head_dw), logits = at(a.logits), logits_mm = at(a.logits_mm);
   tmp_d = at(a.tmp_d), tmp_mm = at(a.tmp_mm), qkv = at(a.qkv), dres = at(a.dres);

@@ -17,7 +17,6 @@
 
 namespace clm {
 
-inline int64_t round16(int64_t n) { return align16(n); }  // keep every carved view 64B aligned
 
 struct LayerAct {  // activation pointers of one block
   float* x;         // [N,d] block input (residual stream)
@@ -146,39 +145,12 @@ struct GPTImpl {
     int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr;
   } inf;
 
-  // Plans one block's activations for N rows (`carve(&ptr, floats)`); the attention log-sum-exp
-  // only when a backward will read it.
-  template <typename Carve>
-  void carve_layer(LayerAct& a, int64_t N, Carve&& carve, bool for_backward) {
-    carve(&a.x, N * d);
-    carve(&a.mid, N * d);
-    carve(&a.ln1_rstd, N);
-    carve(&a.ln1_mm, N * d);
-    if (cfg.qk_norm) {  // the fused head stage writes the pre-norm heads and their rstd
-      carve(&a.qraw, N * qw);
-      carve(&a.kraw, N * kvw);
-      carve(&a.q_rstd, N * H);
-      carve(&a.k_rstd, N * Hkv);
-    } else {
-      a.qraw = a.kraw = a.q_rstd = a.k_rstd = nullptr;
-    }
-    carve(&a.q, N * qw);
-    carve(&a.k, N * kvw);
-    carve(&a.v, N * kvw);
-    carve(&a.o, N * qw);
-    if (for_backward) carve(&a.lse, N * H);
-    else a.lse = nullptr;
-    carve(&a.att_mm, N * qw);
-    carve(&a.ln2_rstd, N);
-    carve(&a.ln2_mm, N * d);
-    carve(&a.h, N * hw);
-    carve(&a.act_mm, N * Hd);
-  }
-
   // Allocates params, grads, the bf16 mirror, the activation arena and io as `layout` says (after
   // refusing a layout larger than the device) and points every Param and view into them.
   void build();
   void bind_activations();
+  // Points a block's activation pointers at `base` + the plan's offsets (null where absent).
+  static LayerAct bind_block(const BlockActs& b, float* base);
   // ---- the blocks (gpt_train.cpp: training, gpt_infer.cpp: cached inference) ----
   // The halves every block shares: the attention RMSNorm of a.x and the fused q/k/v projection
   // into qkv_buf; and, once attention has written a.att_mm, the output projection, the residual

@@ -37,35 +37,16 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
   N = std::max(N, inf.N);
   T_ = std::max(T_, inf.T);
   const int64_t hr = std::max(head_rows, inf.head_rows);
-  const int64_t wmax = std::max<int64_t>({d, qkvw, hw, Hd, qw});
-  std::vector<std::pair<float**, int64_t>> plan;
-  int64_t total = 0;
-  auto carve = [&](float** dst, int64_t n) { plan.push_back({dst, round16(n)}); total += round16(n); };
-  carve_layer(inf.a, N, carve, false);  // no log-sum-exp: no backward follows
-  carve(&inf.qkv, N * qkvw);
-  carve(&inf.tmp_d, N * wmax);
-  carve(&inf.lnf_rstd, N);
-  carve(&inf.logits, hr * Vp);
-  carve(&inf.rows_mm, hr * d);
-  carve(&inf.cos_t, int64_t(T_) * hd / 2);
-  carve(&inf.sin_t, int64_t(T_) * hd / 2);
-  carve(&inf.loss, N);
-  if (cfg.x0_skips) carve(&inf.x0, N * d);
-  float *tok = nullptr, *tgt = nullptr, *am = nullptr, *big = nullptr;
-  carve(&tok, N);  // int32 buffers carved as floats (same size)
-  carve(&tgt, N);
-  carve(&am, N);
-  carve(&big, N);
-  inf.buf = DeviceBuffer(*be, size_t(total) * 4);
-  int64_t o = 0;
-  for (auto& [dst, n] : plan) {
-    *dst = inf.buf.as<float>() + o;
-    o += n;
-  }
-  inf.tok = reinterpret_cast<int32_t*>(tok);
-  inf.big = reinterpret_cast<int32_t*>(big);
-  inf.tgt = reinterpret_cast<int32_t*>(tgt);
-  inf.argmax = reinterpret_cast<int32_t*>(am);
+  const InferencePlan p = inference_plan(layout, N, T_, hr);
+  inf.buf = DeviceBuffer(*be, size_t(p.floats) * 4);
+  float* base = inf.buf.as<float>();
+  auto at = [base](int64_t off) { return off >= 0 ? base + off : nullptr; };
+  auto at_i = [base](int64_t off) { return reinterpret_cast<int32_t*>(base + off); };
+  inf.a = bind_block(p.block, base);
+  inf.qkv = at(p.qkv), inf.tmp_d = at(p.tmp_d), inf.lnf_rstd = at(p.lnf_rstd), inf.logits = at(p.logits);
+  inf.rows_mm = at(p.rows_mm), inf.cos_t = at(p.cos_t), inf.sin_t = at(p.sin_t), inf.loss = at(p.loss);
+  inf.x0 = at(p.x0);
+  inf.tok = at_i(p.tok), inf.tgt = at_i(p.tgt), inf.argmax = at_i(p.argmax), inf.big = at_i(p.bigram);
   be->rope_tables(inf.cos_t, inf.sin_t, T_, hd, cfg.rope_base);
   inf.N = N;
   inf.T = T_;

@@ -90,19 +90,21 @@ void plan_params(ModelLayout& l) {
   }
 }
 
-// Appends named views to the arena.
+// Appends aligned views to an arena of `floats` floats, naming them in `views` when given.
 struct Arena {
-  ActivationPlan& a;
+  int64_t& floats;
+  std::vector<ActivationPlan::View>* views = nullptr;
   void carve(int64_t& dst, const std::string& name, int64_t n) {
-    dst = a.floats;
-    a.views.push_back({name, a.floats, align16(n)});
-    a.floats += align16(n);
+    dst = floats;
+    if (views) views->push_back({name, floats, align16(n)});
+    floats += align16(n);
   }
 };
 
-// One training block's activations for N rows: what its backward reads (the pre-norm q/k heads and
-// their rstd with qk_norm; the attention log-sum-exp).
-void plan_block_acts(const ModelLayout& l, Arena& ar, BlockActs& b, int i, int64_t N) {
+// One block's activations for N rows. For a training block (`for_backward`) also what only its
+// backward reads: the attention log-sum-exp and, before an embedding skip, the previous block's
+// unmixed output.
+void plan_block_acts(const ModelLayout& l, Arena& ar, BlockActs& b, int i, int64_t N, bool for_backward) {
   const std::string pre = fmt::format("blocks.{}.", i);
   auto carve = [&](int64_t& dst, const char* name, int64_t n) { ar.carve(dst, pre + name, n); };
   carve(b.x, "x", N * l.d);
@@ -119,18 +121,17 @@ void plan_block_acts(const ModelLayout& l, Arena& ar, BlockActs& b, int i, int64
   carve(b.k, "k", N * l.kvw);
   carve(b.v, "v", N * l.kvw);
   carve(b.o, "o", N * l.qw);
-  carve(b.lse, "lse", N * l.H);
+  if (for_backward) carve(b.lse, "lse", N * l.H);
   carve(b.att_mm, "att_mm", N * l.qw);
   carve(b.ln2_rstd, "ln2_rstd", N);
   carve(b.ln2_mm, "ln2_mm", N * l.d);
   carve(b.h, "h", N * l.hw);
   carve(b.act_mm, "act_mm", N * l.Hd);
-  if (l.layers[size_t(i)].x0 >= 0) carve(b.xpre, "xpre", N * l.d);
+  if (for_backward && l.layers[size_t(i)].x0 >= 0) carve(b.xpre, "xpre", N * l.d);
 }
 
 // Scratch shared by all blocks, sized for the widest row any of them writes.
-void plan_shared_acts(const ModelLayout& l, Arena& ar, int64_t N) {
-  ActivationPlan& a = ar.a;
+void plan_shared_acts(const ModelLayout& l, ActivationPlan& a, Arena& ar, int64_t N) {
   const int64_t d = l.d, wmax = std::max<int64_t>({l.d, l.qkvw, l.hw, l.Hd});
   if (l.cfg.x0_skips) ar.carve(a.dx0, "dx0", N * d);
   ar.carve(a.x_final, "x_final", N * d);
@@ -166,15 +167,36 @@ void plan_acts(ModelLayout& l) {
   a.rows = N;
   const int64_t per_chunk = l.Vp > 0 ? (int64_t(1) << 25) / l.Vp : N;  // <= 128 MiB of logits
   a.chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, per_chunk));
-  Arena ar{a};
+  Arena ar{a.floats, &a.views};
   a.blocks.assign(size_t(l.L), BlockActs{});
-  for (int i = 0; i < l.L; ++i) plan_block_acts(l, ar, a.blocks[size_t(i)], i, N);
-  plan_shared_acts(l, ar, N);
+  for (int i = 0; i < l.L; ++i) plan_block_acts(l, ar, a.blocks[size_t(i)], i, N, true);
+  plan_shared_acts(l, a, ar, N);
   a.io_arrays = l.mtp >= 0 ? 6 : 5;  // tokens, targets, argmax, loss, bigram rows (+ token after next)
   a.io_stride = align16(N);
 }
 
 }  // namespace
+
+InferencePlan inference_plan(const ModelLayout& l, int64_t N, int T, int64_t head_rows) {
+  InferencePlan p;
+  p.rows = N;
+  p.T = T;
+  p.head_rows = head_rows;
+  Arena ar{p.floats};
+  plan_block_acts(l, ar, p.block, 0, N, false);
+  const int64_t wmax = std::max<int64_t>({l.d, l.qkvw, l.hw, l.Hd, l.qw});
+  ar.carve(p.qkv, "", N * l.qkvw);
+  ar.carve(p.tmp_d, "", N * wmax);
+  ar.carve(p.lnf_rstd, "", N);
+  ar.carve(p.logits, "", head_rows * l.Vp);
+  ar.carve(p.rows_mm, "", head_rows * l.d);
+  ar.carve(p.cos_t, "", int64_t(T) * l.hd / 2);
+  ar.carve(p.sin_t, "", int64_t(T) * l.hd / 2);
+  ar.carve(p.loss, "", N);
+  if (l.cfg.x0_skips) ar.carve(p.x0, "", N * l.d);
+  for (int64_t* io : {&p.tok, &p.tgt, &p.argmax, &p.bigram}) ar.carve(*io, "", N);  // int32 arrays
+  return p;
+}
 
 double ModelLayout::flops_per_token(int T) const {
   const bool mtp_head = mtp >= 0;

@@ -92,6 +92,21 @@ struct ModelLayout {
   double flops_per_token(int T) const;
 };
 
+// Scratch of the cached (inference) forward for N rows at positions below T, in floats from its
+// start: one block's activations that every layer reuses (no backward follows, so no log-sum-exp),
+// the fused q/k/v rows, a temporary as wide as any row, the LM head's `head_rows` rows of logits and
+// inputs, RoPE tables, per-row losses, the embedding output (model.x0_skips) and four int32 io
+// arrays (tokens, targets, argmax, bigram rows) of N entries.
+struct InferencePlan {
+  BlockActs block;
+  int64_t qkv = -1, tmp_d = -1, lnf_rstd = -1, logits = -1, rows_mm = -1, cos_t = -1, sin_t = -1, loss = -1,
+          x0 = -1, tok = -1, tgt = -1, argmax = -1, bigram = -1;
+  int64_t rows = 0, head_rows = 0;
+  int T = 0;
+  int64_t floats = 0;
+};
+InferencePlan inference_plan(const ModelLayout& l, int64_t N, int T, int64_t head_rows);
+
 // The layout of `cfg` (a validated config, validate(ModelConfig)); with max_B, max_T > 0 also its
 // activation plan and byte total for that many tokens.
 ModelLayout model_layout(const ModelConfig& cfg, int max_B = 0, int max_T = 0);
