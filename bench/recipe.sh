@@ -21,23 +21,9 @@ CONFIRM=${2:-600}
 SEEDS=${3:-1337}
 EXE=${CLOCKLM:-build/clocklm}
 export CLOCKLM=$EXE
-SHARED=${SHARED_DATA:-../shared/data}
 
-# 1. data: wikinews + wiki2015-004, the last 1000 / 100 documents of each held out as the tuning split
-if [ ! -f data/src/tune/tune-wiki004.jsonl ]; then
-  mkdir -p data/src/train data/src/tune
-  zstd -dc "$SHARED/train/wikinews-000.jsonl.zst" > data/src/wikinews.jsonl
-  zstd -dc "$SHARED/train/wiki2015-004.jsonl.zst" > data/src/wiki004.jsonl
-  head -n -1000 data/src/wikinews.jsonl > data/src/train/train-wikinews.jsonl
-  tail -n 1000  data/src/wikinews.jsonl > data/src/tune/tune-wikinews.jsonl
-  head -n -100  data/src/wiki004.jsonl  > data/src/train/train-wiki004.jsonl
-  tail -n 100   data/src/wiki004.jsonl  > data/src/tune/tune-wiki004.jsonl
-  rm data/src/wikinews.jsonl data/src/wiki004.jsonl
-fi
-for v in 4096 8192 16384; do
-  [ -f data/tune-v$v/manifest.json ] || \
-    "$EXE" prepare --input data/src/train --val data/src/tune --vocab-size $v --out data/tune-v$v --quiet
-done
+# 1. data: wikinews + wiki2015-004 with a held-out tuning split, at vocab 4096, 8192 and 16384
+bash bench/recipe/prepare_data.sh 4096 8192 16384
 
 # 2. throughput: short runs of every shape, round-robin (A B C ... A B C ...), p90 of step tokens/s
 ROUNDS=${RECIPE_TPS_ROUNDS:-3}

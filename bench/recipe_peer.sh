@@ -43,12 +43,13 @@ TCMALLOC=${PEER_MALLOC:-/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4}
 [ -e "$TCMALLOC" ] || { echo "recipe_peer: apt-get install libtcmalloc-minimal4 first (or PEER_MALLOC=path)" >&2; exit 1; }
 export LD_PRELOAD="$TCMALLOC${LD_PRELOAD:+:$LD_PRELOAD}"
 # PEER_REUSE_TPS=1 keeps the tps-*.json of an earlier measurement (e.g. one made on a quiet machine
-# before training under load).
+# before training under load); PEER_MEASURE_ONLY=1 stops after measuring.
 for prec in fp32 bf16; do
   [ "${PEER_REUSE_TPS:-0}" = 1 ] && [ -f "$OUT/tps-$prec.json" ] && continue
   "$PY" bench/nanochat_peer.py --data "$DATA" --measure 8 --precision $prec --threads 2 \
     --clocklm "$EXE" 2>/dev/null > "$OUT/tps-$prec.json"
 done
+[ "${PEER_MEASURE_ONLY:-0}" = 1 ] && exit 0
 read -r PREC TPS < <("$PY" - "$OUT" <<'PY'
 import json, sys
 best = max((json.load(open(f"{sys.argv[1]}/tps-{p}.json")) for p in ("fp32", "bf16")),
