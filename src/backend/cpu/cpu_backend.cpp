@@ -1,7 +1,8 @@
 // The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
 // oneDNN matmuls, optimizer kernels, Newton-Schulz). Ops whose kernel has their own signature are
-// generated from the kernel table's list (kernels.h); the rest are written here. Device memory is host memory, so memory
-// operations are memcpy/memset and the device clock is the wall clock.
+// generated from the op list (backend/op_list.h, `table` entries); the rest are written here.
+// Device memory is host memory, so memory operations are memcpy/memset and the device clock is the
+// wall clock.
 #include <omp.h>
 #include <unistd.h>
 
@@ -167,8 +168,8 @@ class CpuBackend final : public Backend {
     return it->second;
   }
 
-  // The ops whose kernel has the Backend op's own signature (kernels.h) forward through the
-  // selected variant's kernel table.
+  // The ops whose kernel has the Backend op's own signature (the op list's `table` entries,
+  // op_kernels.h) forward through the selected variant's kernel table.
 #define CLM_BACKEND_FORWARD(field, fn, R, params, args) \
   R fn params override { return cpu_kernels().field args; }
   CLM_CPU_BACKEND_KERNELS(CLM_BACKEND_FORWARD)
@@ -230,6 +231,9 @@ class CpuBackend final : public Backend {
                              a.grad_scale);
   }
 
+  void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {
+    for (int i = 0; i < count; ++i) out[i] = clm::sum_squares(xs[i], ns[i]);
+  }
   void adamw_update(const AdamWArgs& a) override {
     const AdamWHyper& h = a.hyper;
     clm::adamw_update(a.p, a.grad, a.m, a.v, a.n, a.gscale, h.lr, h.beta1, h.beta2, h.eps, h.wd, h.t,
