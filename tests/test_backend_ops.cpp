@@ -476,7 +476,8 @@ TEST_P(BackendOps, RMSNorm) {
         Dev<float> rstd = nan_out(b, rows);
         const float* gp = gain ? gd.p() : nullptr;
         VecF y = run_with_output(b, ot, rows * C, [&](void* out) {
-          b.rmsnorm_fwd(xd.p(), gp, out, ot, rstd.p(), rows, C, eps);
+          b.rmsnorm_fwd(
+              {.rows = rows, .C = C, .eps = eps, .x = xd.p(), .g = gp, .y = out, .out_t = ot, .rstd = rstd.p()});
         });
         VecD gdd = to_d(g), rr;
         const VecD* gref = gain ? &gdd : nullptr;

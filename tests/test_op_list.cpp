@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "backend/profiled_backend.h"
+#include "core/profiler.h"
 
 namespace clm {
 namespace {
@@ -40,6 +41,61 @@ TEST(OpList, NamesAreUniqueAndTagsKnown) {
     EXPECT_TRUE(e.cuda == "stream" || e.cuda == "own") << e.name << ": cuda tag " << e.cuda;
   }
   EXPECT_GE(seen.size(), 30u);
+}
+
+// A backend whose ops only record their names (generated from the list, so it has every op).
+class RecordingBackend final : public Backend {
+ public:
+  std::vector<std::string> calls;
+
+  std::string name() const override { return "recording"; }
+  std::string description() const override { return "records op names"; }
+  bool host_visible() const override { return true; }
+  bool native_bf16() const override { return false; }
+  size_t memory_capacity() const override { return 0; }
+  void* alloc(size_t) override { return nullptr; }
+  void free(void*) override {}
+  void to_device(void*, const void*, size_t) override {}
+  void to_host(void*, const void*, size_t) override {}
+  void copy(void*, const void*, size_t) override {}
+  void zero(void*, size_t) override {}
+  void synchronize() override {}
+  std::unique_ptr<DeviceTimer> timer() override { return nullptr; }
+  void set_threads(int) override {}
+  double peak_flops(MatPrec) override { return 0; }
+
+#define CLM_TEST_RECORD(name, R, params, args, cpu, cuda) \
+  R name params override {                                \
+    calls.push_back(#name);                               \
+    return R();                                           \
+  }
+  CLM_BACKEND_OPS(CLM_TEST_RECORD)
+#undef CLM_TEST_RECORD
+};
+
+// Calls op `f` of `be` with value-initialised arguments (null pointers, zero shapes).
+template <typename R, typename... A>
+void call_with_zeros(Backend& be, R (Backend::*f)(A...)) {
+  (be.*f)(std::decay_t<A>{}...);
+}
+
+TEST(OpList, TheDecoratorForwardsEveryOpInAScopeNamedAfterIt) {
+  RecordingBackend inner;
+  Profiler prof;
+  ProfiledBackend pb(inner, prof);
+  std::vector<std::string> names;
+#define CLM_TEST_CALL(name, R, params, args, cpu, cuda) \
+  call_with_zeros(pb, &Backend::name);                  \
+  names.push_back(#name);
+  CLM_BACKEND_OPS(CLM_TEST_CALL)
+#undef CLM_TEST_CALL
+  EXPECT_EQ(inner.calls, names);
+  ASSERT_EQ(prof.events.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(std::string(prof.events[i].op), names[i]);
+    EXPECT_EQ(prof.events[i].flops, 0) << names[i] << ": zero shapes, zero FLOPs";
+    EXPECT_EQ(prof.events[i].bytes, 0) << names[i] << ": zero shapes, zero bytes";
+  }
 }
 
 TEST(OpList, TableOpsAreTheCpuBackendKernels) {

@@ -10,6 +10,19 @@
 
 namespace clm {
 
+// RMSNorm over the last dimension of `rows` rows of C: y = x rstd (* g where g is given), written
+// in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
+struct RmsnormFwdArgs {
+  int64_t rows = 0, C = 0;
+  float eps = 0;
+  const float* x = nullptr;
+  const float* g = nullptr;  // may be null (no gain)
+  // outputs
+  void* y = nullptr;
+  DType out_t = DType::F32;
+  float* rstd = nullptr;
+};
+
 // RMSNorm's backward over `rows` rows of C, from the rstd its forward saved: dx += the input
 // gradient (the residual stream also carries one), dg += the gain gradient where g is given.
 struct RmsnormBwdArgs {

@@ -42,8 +42,7 @@
     int64_t C), (tok, wte, out, N, C), table, stream)                                            \
   F(X, embedding_bwd, void, (const int32_t* tok, const float* dout, float* dwte, int64_t N,      \
     int64_t C), (tok, dout, dwte, N, C), table, own)                                             \
-  F(X, rmsnorm_fwd, void, (const float* x, const float* g, void* y, DType out_t, float* rstd,    \
-    int64_t rows, int64_t C, float eps), (x, g, y, out_t, rstd, rows, C, eps), own, own)         \
+  F(X, rmsnorm_fwd, void, (const RmsnormFwdArgs& a), (a), own, own)                             \
   F(X, rmsnorm_bwd, void, (const RmsnormBwdArgs& a), (a), table, own)                            \
   F(X, rope_tables, void, (float* cos_t, float* sin_t, int T, int hd, float base),               \
     (cos_t, sin_t, T, hd, base), table, own)                                                     \

@@ -51,9 +51,9 @@ Cost embedding_fwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
 Cost embedding_bwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
   return per_elem(double(N) * double(C), 1, 12);
 }
-Cost rmsnorm_fwd(const float*, const float*, void*, DType out_t, float*, int64_t rows, int64_t C, float) {
-  const double e = double(rows) * double(C);
-  return {4.0 * e, (8.0 + esz(out_t)) * e};
+Cost rmsnorm_fwd(const RmsnormFwdArgs& a) {
+  const double e = double(a.rows) * double(a.C);
+  return {4.0 * e, (8.0 + esz(a.out_t)) * e};
 }
 Cost rmsnorm_bwd(const RmsnormBwdArgs& a) {
   const double e = double(a.rows) * double(a.C);

@@ -180,10 +180,9 @@ class CpuBackend final : public Backend {
     clm::gemm(prec, ta, tb, M, N, K, A, B, C, accumulate);
   }
 
-  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
-                   int64_t C, float eps) override {
-    if (out_t == DType::BF16) clm::rmsnorm_fwd(x, g, static_cast<bf16*>(y), rstd, rows, C, eps);
-    else clm::rmsnorm_fwd(x, g, static_cast<float*>(y), rstd, rows, C, eps);
+  void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
+    if (a.out_t == DType::BF16) clm::rmsnorm_fwd(a.x, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
+    else clm::rmsnorm_fwd(a.x, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     const HeadShape& s = a.shape;

@@ -234,10 +234,9 @@ class CudaBackend final : public Backend {
     cuda::embedding_bwd(st_, tok, dout, dwte, N, C, scratch(cuda::embedding_bwd_scratch(N)));
     launched("embedding_bwd");
   }
-  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
-                   int64_t C, float eps) override {
+  void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
     use();
-    cuda::rmsnorm_fwd(st_, x, g, y, out_t == DType::BF16, rstd, rows, C, eps);
+    cuda::rmsnorm_fwd(st_, a.x, a.g, a.y, a.out_t == DType::BF16, a.rstd, a.rows, a.C, a.eps);
     launched("rmsnorm_fwd");
   }
   void rmsnorm_bwd(const RmsnormBwdArgs& a) override {
