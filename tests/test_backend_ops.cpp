@@ -570,7 +570,7 @@ TEST_P(BackendOps, SplitMergeHeads) {
     VecF x = randn(rows * c.ld, 51);
     Dev<float> xd(b, x);
     Dev<float> y = nan_out(b, nY);
-    b.split_heads(xd.p() + c.off, c.ld, y.p(), c.B, c.T, c.nh, c.hd);
+    b.split_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .x = xd.p() + c.off, .y = y.p()});
     VecF yh = y.get();
     VecF want(nY);
     for (int bb = 0; bb < c.B; ++bb)
@@ -587,7 +587,8 @@ TEST_P(BackendOps, SplitMergeHeads) {
     };
     VecF zf0 = randn(rows * c.ld, 52);
     Dev<float> zf(b, zf0);
-    b.merge_heads(y.p(), zf.p() + c.off, DType::F32, c.ld, c.B, c.T, c.nh, c.hd);
+    b.merge_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .y = y.p(), .x = zf.p() + c.off,
+                   .out_t = DType::F32});
     VecF zwant = zf0;
     for (size_t i = 0; i < zwant.size(); ++i)
       if (inside(int64_t(i))) zwant[i] = x[i];
@@ -595,7 +596,8 @@ TEST_P(BackendOps, SplitMergeHeads) {
 
     VecH zh0 = bf16_bits(randn(rows * c.ld, 53));
     Dev<bf16> zh(b, zh0);
-    b.merge_heads(y.p(), zh.p() + c.off, DType::BF16, c.ld, c.B, c.T, c.nh, c.hd);
+    b.merge_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .y = y.p(), .x = zh.p() + c.off,
+                   .out_t = DType::BF16});
     VecH hwant = zh0;
     for (size_t i = 0; i < hwant.size(); ++i)
       if (inside(int64_t(i))) hwant[i] = f32_to_bf16(x[i]);

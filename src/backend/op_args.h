@@ -36,6 +36,22 @@ struct RmsnormBwdArgs {
   float* dg = nullptr;
 };
 
+// The head layout change around attention: x, B*T rows of row stride ld holding nh*hd columns
+// from x on  <->  y, [B, nh, T, hd]. split_heads writes y (=), merge_heads x (=, in out_t).
+struct SplitHeadsArgs {
+  int B = 0, T = 0, nh = 0, hd = 0;
+  int64_t ld = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+struct MergeHeadsArgs {
+  int B = 0, T = 0, nh = 0, hd = 0;
+  int64_t ld = 0;
+  const float* y = nullptr;
+  void* x = nullptr;
+  DType out_t = DType::F32;
+};
+
 // Grouped-query attention heads: B sequences, H query heads reading Hkv key/value heads of hd.
 struct HeadShape {
   int B = 0, H = 0, Hkv = 0, hd = 0;

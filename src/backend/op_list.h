@@ -54,10 +54,8 @@
   /* own included), window <= 0 to none (full causal). */                                        \
   F(X, attention_fwd, void, (const AttentionFwdArgs& a), (a), own, own)                          \
   F(X, attention_bwd, void, (const AttentionBwdArgs& a), (a), own, own)                          \
-  F(X, split_heads, void, (const float* x, int64_t ld, float* y, int B, int T, int nh, int hd),  \
-    (x, ld, y, B, T, nh, hd), table, stream)                                                     \
-  F(X, merge_heads, void, (const float* y, void* x, DType out_t, int64_t ld, int B, int T,       \
-    int nh, int hd), (y, x, out_t, ld, B, T, nh, hd), own, own)                                  \
+  F(X, split_heads, void, (const SplitHeadsArgs& a), (a), table, stream)                         \
+  F(X, merge_heads, void, (const MergeHeadsArgs& a), (a), own, stream)                           \
   /* h: the MLP pre-activation [N, Hd] ([N, 2Hd] = [up | gate] for SwiGLU); y: [N, Hd]. */       \
   F(X, activation_fwd, void, (Activation act, const float* h, void* y, DType out_t, int64_t N,   \
     int64_t Hd), (act, h, y, out_t, N, Hd), own, own)                                            \

@@ -79,11 +79,9 @@ Cost attention_bwd(const AttentionBwdArgs& a) {
   const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
   return {10.0 * s.B * s.H * s.hd * attended_pairs(a.T, a.T, a.window), 4.0 * N * (4.0 * qw + 4.0 * kvw)};
 }
-Cost split_heads(const float*, int64_t, float*, int B, int T, int nh, int hd) {
-  return per_elem(double(B) * T * nh * hd, 0, 8);
-}
-Cost merge_heads(const float*, void*, DType out_t, int64_t, int B, int T, int nh, int hd) {
-  return per_elem(double(B) * T * nh * hd, 0, 4.0 + esz(out_t));
+Cost split_heads(const SplitHeadsArgs& a) { return per_elem(double(a.B) * a.T * a.nh * a.hd, 0, 8); }
+Cost merge_heads(const MergeHeadsArgs& a) {
+  return per_elem(double(a.B) * a.T * a.nh * a.hd, 0, 4.0 + esz(a.out_t));
 }
 
 // Width of the MLP pre-activation: [up | gate] for SwiGLU.

@@ -68,7 +68,7 @@ void GPTImpl::block_fwd(int l) {
   if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
     ProfRegion pr(prof, "value_embed", "fwd");
     be->embedding_fwd(tok_d, P.as<float>() + lo.ve, qkv, N, kvw);
-    be->split_heads(qkv, kvw, qkv + N * kvw, B, T, Hkv, hd);
+    be->split_heads({.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .x = qkv, .y = qkv + N * kvw});
     be->axpy(a.v, 1.0f, qkv + N * kvw, N * kvw);
   }
   {
@@ -78,7 +78,7 @@ void GPTImpl::block_fwd(int l) {
   }
   {
     ProfRegion pr(prof, "merge_heads", "fwd");
-    be->merge_heads(a.o, a.att_mm, mmt(), qw, B, T, H, hd);
+    be->merge_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .y = a.o, .x = a.att_mm, .out_t = mmt()});
   }
   // The output goes where the next block reads its input: before its skip mix, when it has one.
   float* xout = l + 1 == L ? x_final : loff[l + 1].x0 >= 0 ? la[l + 1].xpre : la[l + 1].x;
@@ -116,14 +116,16 @@ void GPTImpl::block_bwd(int l) {
   matmul_bwd("matmul.wo.dw", "matmul.wo.dx", mm_input(dres, dmm, N * d), a.att_mm, lo.wo, qw, d, N);
   {
     ProfRegion pr(prof, "attention", "bwd");
-    be->split_heads(dtmp, qw, dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
+    // dO in [B,H,T,hd]
+    be->split_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .x = dtmp, .y = dtmp2});
     be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = cfg.attn_window,
                        .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = dtmp2, .dq = dq, .dk = dk,
                        .dv = dv});
   }
   if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
     ProfRegion pr(prof, "value_embed", "bwd");
-    be->merge_heads(dv, dtmp2, DType::F32, kvw, B, T, Hkv, hd);
+    be->merge_heads(
+        {.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .y = dv, .x = dtmp2, .out_t = DType::F32});
     be->embedding_bwd(tok_d, dtmp2, g + lo.ve, N, kvw);
   }
   {

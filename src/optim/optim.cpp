@@ -366,8 +366,8 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
         }
         if (st.normuon) {
           ProfRegion pr(s.prof, "muon.normuon", "optim");
-          s.be->normuon_scale(
-              {.rows = st.rows, .cols = st.cols, .o = s.scratch_o.as<float>(), .v = st.v, .beta2 = g.beta2, .eps = g.eps});
+          s.be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = s.scratch_o.as<float>(), .v = st.v,
+                               .beta2 = g.beta2, .eps = g.eps});
         }
         {
           ProfRegion pr(s.prof, "muon.apply", "optim");

@@ -202,10 +202,9 @@ class CpuBackend final : public Backend {
     clm::attention_bwd(a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv, a.T, s.hd,
                        a.window);
   }
-  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
-                   int hd) override {
-    if (out_t == DType::BF16) clm::merge_heads(y, static_cast<bf16*>(x), ld, B, T, nh, hd);
-    else clm::merge_heads(y, static_cast<float*>(x), ld, B, T, nh, hd);
+  void merge_heads(const MergeHeadsArgs& a) override {
+    if (a.out_t == DType::BF16) clm::merge_heads(a.y, static_cast<bf16*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
+    else clm::merge_heads(a.y, static_cast<float*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
   }
   void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
                       int64_t Hd) override {

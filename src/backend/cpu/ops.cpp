@@ -183,7 +183,11 @@ void rope_bwd(float* dx, int64_t rows, int T, int hd, const float* cos_t, const 
 }
 
 // --- head layouts --------------------------------------------------------------------------------
-void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
+void split_heads(const SplitHeadsArgs& a) {
+  const float* x = a.x;
+  float* y = a.y;
+  const int64_t ld = a.ld;
+  const int B = a.B, T = a.T, nh = a.nh, hd = a.hd;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < nh; ++h)

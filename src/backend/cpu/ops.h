@@ -62,7 +62,7 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
 
 // --- head layout changes around attention ---------------------------------------------------------
 // x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd] (split_heads:
-// op_kernels.h).
+// op_kernels.h, SplitHeadsArgs).
 void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int hd);
 
 // Fused attention input stage, one pass over the qkv matmul output (row stride ld = (H+2Hkv)*hd,

@@ -292,12 +292,6 @@ class CudaBackend final : public Backend {
                         a.T, s.hd, a.window, scratch(cuda::attention_bwd_scratch(s.B, s.H, a.T)));
     launched("attention_bwd");
   }
-  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
-                   int hd) override {
-    use();
-    cuda::merge_heads(st_, y, x, out_t == DType::BF16, ld, B, T, nh, hd);
-    launched("merge_heads");
-  }
   void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
                       int64_t Hd) override {
     use();

@@ -49,8 +49,6 @@ void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const floa
                    const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
                    int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t,
                    void* dqkv, bool out_bf16, void* scratch);
-void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
-                 int nh, int hd);
 
 // ---- attention (attention.cu) -------------------------------------------------------------------
 int attention_max_head_dim();
