@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "backend/backend.h"
@@ -218,11 +219,12 @@ class CudaBackend final : public Backend {
   }
 
   // ---- the ops whose launcher is the whole op (the op list's `stream` entries, kernels.h) ----
-#define CLM_CUDA_FORWARD(name, R, params, args)   \
-  R name params override {                        \
-    use();                                        \
-    cuda::name(st_, CLM_OP_UNPAREN args);         \
-    launched(#name);                              \
+#define CLM_CUDA_FORWARD(name, R, params, args)                                  \
+  R name params override {                                                       \
+    static_assert(std::is_void_v<R>, #name ": a `stream` op returns nothing");   \
+    use();                                                                       \
+    cuda::name(st_, CLM_OP_UNPAREN args);                                        \
+    launched(#name);                                                             \
   }
   CLM_CUDA_STREAM_OPS(CLM_CUDA_FORWARD)
 #undef CLM_CUDA_FORWARD
