@@ -477,7 +477,8 @@ TEST_P(BackendOps, RMSNorm) {
         Dev<float> rstd = nan_out(b, rows);
         const float* gp = gain ? gd.p() : nullptr;
         VecF y = run_with_output(b, ot, rows * C, [&](void* out) {
-          b.rmsnorm_fwd(xd.p(), gp, out, ot, rstd.p(), rows, C, eps);
+          b.rmsnorm_fwd(
+              {.rows = rows, .C = C, .eps = eps, .x = xd.p(), .g = gp, .y = out, .out_t = ot, .rstd = rstd.p()});
         });
         VecD gdd = to_d(g), rr;
         const VecD* gref = gain ? &gdd : nullptr;
@@ -487,7 +488,8 @@ TEST_P(BackendOps, RMSNorm) {
 
         VecF dx0(rows * C, 0.5f), dg0(C, 0.25f);
         Dev<float> dx(b, dx0), dg(b, dg0);
-        b.rmsnorm_bwd(xd.p(), gp, rstd.p(), Rd.p(), dx.p(), gain ? dg.p() : nullptr, rows, C);
+        b.rmsnorm_bwd({.rows = rows, .C = C, .x = xd.p(), .g = gp, .rstd = rstd.p(), .dy = Rd.p(), .dx = dx.p(),
+                       .dg = gain ? dg.p() : nullptr});
         VecF gx = dx.get(), gg = dg.get();
         for (auto& v : gx) v -= 0.5f;  // it accumulates
         check_grad([&](const VecD& xx) { return dot(rmsnorm_ref(xx, gref, rows, C, eps), R); }, x, gx,
@@ -569,7 +571,7 @@ TEST_P(BackendOps, SplitMergeHeads) {
     VecF x = randn(rows * c.ld, 51);
     Dev<float> xd(b, x);
     Dev<float> y = nan_out(b, nY);
-    b.split_heads(xd.p() + c.off, c.ld, y.p(), c.B, c.T, c.nh, c.hd);
+    b.split_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .x = xd.p() + c.off, .y = y.p()});
     VecF yh = y.get();
     VecF want(nY);
     for (int bb = 0; bb < c.B; ++bb)
@@ -586,7 +588,8 @@ TEST_P(BackendOps, SplitMergeHeads) {
     };
     VecF zf0 = randn(rows * c.ld, 52);
     Dev<float> zf(b, zf0);
-    b.merge_heads(y.p(), zf.p() + c.off, DType::F32, c.ld, c.B, c.T, c.nh, c.hd);
+    b.merge_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .y = y.p(), .x = zf.p() + c.off,
+                   .out_t = DType::F32});
     VecF zwant = zf0;
     for (size_t i = 0; i < zwant.size(); ++i)
       if (inside(int64_t(i))) zwant[i] = x[i];
@@ -594,7 +597,8 @@ TEST_P(BackendOps, SplitMergeHeads) {
 
     VecH zh0 = bf16_bits(randn(rows * c.ld, 53));
     Dev<bf16> zh(b, zh0);
-    b.merge_heads(y.p(), zh.p() + c.off, DType::BF16, c.ld, c.B, c.T, c.nh, c.hd);
+    b.merge_heads({.B = c.B, .T = c.T, .nh = c.nh, .hd = c.hd, .ld = c.ld, .y = y.p(), .x = zh.p() + c.off,
+                   .out_t = DType::BF16});
     VecH hwant = zh0;
     for (size_t i = 0; i < hwant.size(); ++i)
       if (inside(int64_t(i))) hwant[i] = f32_to_bf16(x[i]);
@@ -1272,7 +1276,8 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
         VecF g = randn(n, 162 + step);
         Dev<float> gd(b, g);
         Dev<float> u = nan_out(b, n);
-        b.muon_momentum(gd.p(), bufd.p(), u.p(), n, gscale, mu, nesterov);
+        b.muon_momentum({.n = n, .grad = gd.p(), .gscale = gscale, .mu = mu, .nesterov = nesterov, .buf = bufd.p(),
+                         .u = u.p()});
         VecD U(n), Us(n);
         for (int64_t i = 0; i < n; ++i) {
           double gg = double(g[i]) * gscale;
@@ -1290,7 +1295,7 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
         VecF p = randn(n, 163), o = randn(n, 164);
         Dev<float> pd(b, p), od(b, o);
         const float lr = 0.02f, sc = 1.5f, wd = 0.1f;
-        b.muon_apply(pd.p(), od.p(), n, lr, sc, wd, cautious);
+        b.muon_apply({.n = n, .p = pd.p(), .o = od.p(), .lr = lr, .scale = sc, .wd = wd, .cautious = cautious});
         VecD P(n), Ps(n);
         for (int64_t i = 0; i < n; ++i) {
           const double decay = cautious && !(double(o[i]) * p[i] > 0) ? 1.0 : 1 - double(lr) * wd;
@@ -1321,7 +1326,8 @@ TEST_P(BackendOps, Mix2ForwardAndBackward) {
     }
     expect_close(out.get(), O, 1e-7, 1e-6, "out", &Os);
     Dev<float> gd(b, dout), dx0d(b, dx0_init), dwd(b, dw_init);
-    b.mix2_bwd(gd.p(), xd.p(), x0d.p(), wd.p(), gd.p(), dx0d.p(), dwd.p(), n);
+    b.mix2_bwd({.n = n, .dout = gd.p(), .x = xd.p(), .x0 = x0d.p(), .w = wd.p(), .dx = gd.p(), .dx0 = dx0d.p(),
+                .dw = dwd.p()});
     double s0 = 0, s1 = 0, a0 = 0, a1 = 0;
     VecD DX(n), DX0(n);
     for (int64_t i = 0; i < n; ++i) {
@@ -1356,7 +1362,7 @@ TEST_P(BackendOps, NorMuonScale) {
         for (int64_t c = 0; c < cols; ++c) o[size_t(r * cols + c)] *= float(1 + r % 4);
       for (int64_t c = 0; c < cols; ++c) o[size_t(cols + c)] = 0.0f;  // row 1 all zero
       Dev<float> od(b, o);
-      b.normuon_scale(od.p(), vd.p(), rows, cols, b2, eps);
+      b.normuon_scale({.rows = rows, .cols = cols, .o = od.p(), .v = vd.p(), .beta2 = b2, .eps = eps});
       VecD O = to_d(o), ss(size_t(rows), 0.0);
       double before = 0, after = 0;
       for (int64_t r = 0; r < rows; ++r) {

@@ -356,8 +356,8 @@ TEST(CpuIsa, RmsNormAgainstFloat64AndGeneric) {
           VecF y(rows * C), rstd(rows), dx(rows * C, 0.5f), dg(C, 0.25f);
           const float* gp = with_gain ? g.data() : nullptr;
           rmsnorm_fwd(x.data(), gp, y.data(), rstd.data(), rows, C, eps);
-          rmsnorm_bwd(x.data(), gp, rstd.data(), dy.data(), dx.data(),
-                      with_gain ? dg.data() : nullptr, rows, C);
+          rmsnorm_bwd({.rows = rows, .C = C, .x = x.data(), .g = gp, .rstd = rstd.data(), .dy = dy.data(),
+                       .dx = dx.data(), .dg = with_gain ? dg.data() : nullptr});
           VecD out = to_d(dx);
           append(out, to_d(dg));
           append(out, to_d(rstd));
@@ -597,17 +597,18 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
     adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, gscale, lr, b1, b2, eps, wd, t, true);
     expect_close(to_d(pc), pcref, 1e-5, 1e-6, "adamw p, cautious");
     VecF buf = m0, u(n), pa = p0;
-    muon_momentum(g.data(), buf.data(), u.data(), n, gscale, mu, true);
+    muon_momentum({.n = n, .grad = g.data(), .gscale = gscale, .mu = mu, .nesterov = true, .buf = buf.data(),
+                   .u = u.data()});
     expect_close(to_d(buf), bufref, 1e-5, 1e-6, "muon buf");
     expect_close(to_d(u), uref, 1e-5, 1e-6, "muon u");
     VecF pac = p0;
-    muon_apply(pa.data(), u.data(), n, lr, scale, wd, false);
+    muon_apply({.n = n, .p = pa.data(), .o = u.data(), .lr = lr, .scale = scale, .wd = wd, .cautious = false});
     expect_close(to_d(pa), paref, 1e-5, 1e-6, "muon apply");
-    muon_apply(pac.data(), u.data(), n, lr, scale, wd, true);
+    muon_apply({.n = n, .p = pac.data(), .o = u.data(), .lr = lr, .scale = scale, .wd = wd, .cautious = true});
     expect_close(to_d(pac), pacref, 1e-5, 1e-6, "muon apply, cautious");
     // NorMuon's row normalisation of u as a [rows, n / rows] matrix, from v = 0.
     VecF un = u, vn(size_t(nrows), 0.0f);
-    normuon_scale(un.data(), vn.data(), nrows, n / nrows, 0.95f, 1e-8f);
+    normuon_scale({.rows = nrows, .cols = n / nrows, .o = un.data(), .v = vn.data(), .beta2 = 0.95f, .eps = 1e-8f});
     expect_close(to_d(un), normref, 1e-6, 1e-5, "normuon");
 
   });

@@ -54,8 +54,10 @@ TEST(ProfiledBackend, GemmAndRmsnormCostsEqualHandCounts) {
   // RMSNorm of 4 rows of 6 into bf16: 4 FLOPs per element and (8 + 2) bytes (x read and
   // counted once more for the gain and statistics, y written in bf16); backward 8 and 16.
   DeviceBuffer x(cpu, 24 * 4), y(cpu, 24 * 4), rstd(cpu, 4 * 4);
-  pb.rmsnorm_fwd(x.as<float>(), nullptr, y.as<void>(), DType::BF16, rstd.as<float>(), 4, 6, 1e-5f);
-  pb.rmsnorm_bwd(x.as<float>(), nullptr, rstd.as<float>(), y.as<float>(), x.as<float>(), nullptr, 4, 6);
+  pb.rmsnorm_fwd({.rows = 4, .C = 6, .eps = 1e-5f, .x = x.as<float>(), .y = y.as<void>(), .out_t = DType::BF16,
+                  .rstd = rstd.as<float>()});
+  pb.rmsnorm_bwd({.rows = 4, .C = 6, .x = x.as<float>(), .rstd = rstd.as<float>(), .dy = y.as<float>(),
+                  .dx = x.as<float>()});
   ASSERT_EQ(prof.events.size(), 4u);
   EXPECT_DOUBLE_EQ(prof.events[0].flops, 210);
   EXPECT_DOUBLE_EQ(prof.events[0].bytes, 4.0 * (21 + 35) + 4.0 * 15);

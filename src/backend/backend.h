@@ -5,9 +5,10 @@
 // - Pointers passed to the ops are device pointers from alloc() (or offsets into them). Host memory
 //   reaches the device only through to_device/to_host. Ops may run asynchronously; to_host and
 //   synchronize() wait for everything issued before them.
-// - Every op mirrors one forward/backward function of backend/cpu/ops.h with the same shapes and
-//   the same accumulate (+=) or overwrite (=) rule; the CPU backend is the reference the others are
-//   tested against (tests/test_backend_ops.cpp).
+// - The ops are declared once, in backend/op_list.h, from which this class's pure virtuals are
+//   generated. Every op mirrors one forward/backward function of backend/cpu/ops.h with the same
+//   shapes and the same accumulate (+=) or overwrite (=) rule; the CPU backend is the reference
+//   the others are tested against (tests/test_backend_ops.cpp).
 // - Results are deterministic for a given device, binary and thread count: reductions run in a
 //   fixed order.
 #pragma once
@@ -18,6 +19,7 @@
 
 #include "backend/dtype.h"
 #include "backend/op_args.h"
+#include "backend/op_list.h"
 
 namespace clm {
 
@@ -83,16 +85,9 @@ class Backend {
   // on a large square gemm; the denominator of MFU).
   virtual double peak_flops(MatPrec prec) = 0;
 
-  // ---- matmul and conversions ----
-  // C[M,N] (=, or += when accumulate) A[M,K] B[K,N]; A stored [M,K] or, trans_a, [K,M]; B stored
-  // [K,N] or, trans_b, [N,K]. A and B hold bf16 (BF16) or fp32 (F32); C is fp32 row-major.
-  virtual void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                    const void* A, const void* B, float* C, bool accumulate) = 0;
   // Builds whatever a gemm shape needs before it is first timed (JIT kernels, plans). Optional.
   virtual void prepare_gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N,
                             int64_t K) {}
-  virtual void f32_to_bf16(const float* x, bf16* y, int64_t n) = 0;
-  virtual void bf16_to_f32(const bf16* x, float* y, int64_t n) = 0;
   // dst = src in dtype `to` (a copy for F32, a rounding for BF16).
   void convert(const float* src, void* dst, int64_t n, DType to);
 
@@ -110,73 +105,10 @@ class Backend {
     gemm(p, true, false, out, in, N, dy, x, dW, true);
   }
 
-  // ---- element-wise and layer ops (shapes and rules: backend/cpu/ops.h) ----
-  // `out_t` names the dtype of an output that feeds a matmul (F32 or BF16).
-  virtual void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N,
-                             int64_t C) = 0;
-  virtual void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N,
-                             int64_t C) = 0;
-  virtual void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd,
-                           int64_t rows, int64_t C, float eps) = 0;
-  virtual void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy,
-                           float* dx, float* dg, int64_t rows, int64_t C) = 0;
-  virtual void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) = 0;
-  virtual void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t,
-                        const float* sin_t, int pos0) = 0;
-  // The many-argument ops take one struct of named fields (backend/op_args.h).
-  virtual void qkv_heads_fwd(const QkvHeadsFwdArgs& a) = 0;
-  virtual void qkv_heads_bwd(const QkvHeadsBwdArgs& a) = 0;
-  // Causal attention; window > 0 limits each query to the `window` most recent keys (its own
-  // included), window <= 0 to none (full causal).
-  virtual void attention_fwd(const AttentionFwdArgs& a) = 0;
-  virtual void attention_bwd(const AttentionBwdArgs& a) = 0;
-  virtual void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) = 0;
-  virtual void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
-                           int hd) = 0;
-  // h: the MLP pre-activation [N, Hd] ([N, 2Hd] = [up | gate] for SwiGLU); y: [N, Hd].
-  virtual void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
-                              int64_t Hd) = 0;
-  virtual void activation_bwd(Activation a, const float* h, const float* dy, void* dh, DType out_t,
-                              int64_t N, int64_t Hd) = 0;
-  virtual void residual_fwd(const float* a, const float* b, float* out, int64_t n) = 0;
-  // Two-term mix with weights on the device (the embedding skips): out = w[0] x + w[1] x0 (out may
-  // alias x). Backward from dout: dw[0] += sum dout x, dw[1] += sum dout x0 (in double, in a fixed
-  // order, so the same bits whatever the thread count), dx0 += w[1] dout, dx = w[0] dout (dx may
-  // alias dout).
-  virtual void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) = 0;
-  virtual void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx,
-                        float* dx0, float* dw, int64_t n) = 0;
-  virtual void scale(float* x, float s, int64_t n) = 0;                 // x *= s
-  virtual void axpy(float* y, float a, const float* x, int64_t n) = 0;  // y += a x
-  // Softcap + cross-entropy (+ its gradient in place when want_grad). Returns the summed loss over
-  // targets >= 0 (waits for the device); loss/argmax may be null.
-  virtual double softcap_xent(const SoftcapXentArgs& a) = 0;
-  virtual void softcap_fwd(float* z, int64_t n, float cap) = 0;
-
-  // ---- optimizer ----
-  // Sum of squares in double, the same bits whatever the thread count (waits for the device).
-  virtual double sum_squares(const float* x, int64_t n) = 0;
-  // out[i] = sum_squares(xs[i], ns[i]) for i < count, with one wait for the device in all (the
-  // optimizer's per-parameter norms; a GPU would otherwise stop once per parameter).
-  virtual void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) {
-    for (int i = 0; i < count; ++i) out[i] = sum_squares(xs[i], ns[i]);
-  }
-  // Decoupled weight decay p *= 1 - lr wd; with `cautious` only where the update (the step
-  // subtracted from p) has p's sign, i.e. already moves p towards zero.
-  virtual void adamw_update(const AdamWArgs& a) = 0;
-  virtual void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale,
-                             float mu, bool nesterov) = 0;
-  virtual void muon_apply(float* p, const float* o, int64_t n, float lr, float scale,
-                          float wd, bool cautious) = 0;
-  // NorMuon's neuron-wise normalisation of an orthogonalised update o [rows, cols], in place:
-  // v[r] = beta2 v[r] + (1 - beta2) mean_c o[r,c]^2, each row divided by sqrt(v[r]) + eps, then
-  // the whole rescaled to o's Frobenius norm (so the learning rate keeps Muon's calibration).
-  virtual void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
-                             float eps) = 0;
-  // out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; matmuls in
-  // `prec`.
-  virtual void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols,
-                             const NsSchedule& sched, MatPrec prec) = 0;
+  // ---- the ops: one pure virtual per entry of backend/op_list.h (shapes, rules, comments there) ----
+#define CLM_BACKEND_PURE_VIRTUAL(name, R, params, args, cpu, cuda) virtual R name params = 0;
+  CLM_BACKEND_OPS(CLM_BACKEND_PURE_VIRTUAL)
+#undef CLM_BACKEND_PURE_VIRTUAL
 };
 
 // One allocation on a backend, freed with it (the arenas that parameters and activations are

@@ -10,6 +10,48 @@
 
 namespace clm {
 
+// RMSNorm over the last dimension of `rows` rows of C: y = x rstd (* g where g is given), written
+// in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
+struct RmsnormFwdArgs {
+  int64_t rows = 0, C = 0;
+  float eps = 0;
+  const float* x = nullptr;
+  const float* g = nullptr;  // may be null (no gain)
+  // outputs
+  void* y = nullptr;
+  DType out_t = DType::F32;
+  float* rstd = nullptr;
+};
+
+// RMSNorm's backward over `rows` rows of C, from the rstd its forward saved: dx += the input
+// gradient (the residual stream also carries one), dg += the gain gradient where g is given.
+struct RmsnormBwdArgs {
+  int64_t rows = 0, C = 0;
+  const float* x = nullptr;
+  const float* g = nullptr;  // may be null (no gain; dg then unused)
+  const float* rstd = nullptr;
+  const float* dy = nullptr;
+  // outputs (+=)
+  float* dx = nullptr;
+  float* dg = nullptr;
+};
+
+// The head layout change around attention: x, B*T rows of row stride ld holding nh*hd columns
+// from x on  <->  y, [B, nh, T, hd]. split_heads writes y (=), merge_heads x (=, in out_t).
+struct SplitHeadsArgs {
+  int B = 0, T = 0, nh = 0, hd = 0;
+  int64_t ld = 0;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+struct MergeHeadsArgs {
+  int B = 0, T = 0, nh = 0, hd = 0;
+  int64_t ld = 0;
+  const float* y = nullptr;
+  void* x = nullptr;
+  DType out_t = DType::F32;
+};
+
 // Grouped-query attention heads: B sequences, H query heads reading Hkv key/value heads of hd.
 struct HeadShape {
   int B = 0, H = 0, Hkv = 0, hd = 0;
@@ -111,6 +153,20 @@ struct SoftcapXentArgs {
   float grad_scale = 1.0f;
 };
 
+// The two-term mix's backward (Backend::mix2_fwd: out = w[0] x + w[1] x0) from dout: dw[0] +=
+// sum dout x, dw[1] += sum dout x0 (in double, in a fixed order, so the same bits whatever the
+// thread count), dx0 += w[1] dout, dx = w[0] dout (dx may alias dout).
+struct Mix2BwdArgs {
+  int64_t n = 0;
+  const float* dout = nullptr;
+  const float* x = nullptr;
+  const float* x0 = nullptr;
+  const float* w = nullptr;
+  float* dx = nullptr;
+  float* dx0 = nullptr;
+  float* dw = nullptr;
+};
+
 // AdamW's hyperparameters at step t (1-based).
 struct AdamWHyper {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0;
@@ -127,6 +183,37 @@ struct AdamWArgs {
   float* m = nullptr;
   float* v = nullptr;
   AdamWHyper hyper;
+};
+
+// Muon's momentum on n floats: buf = mu buf + grad gscale; u = nesterov ? grad gscale + mu buf : buf.
+struct MuonMomentumArgs {
+  int64_t n = 0;
+  const float* grad = nullptr;
+  float gscale = 1.0f;
+  float mu = 0;
+  bool nesterov = false;
+  float* buf = nullptr;  // updated in place
+  float* u = nullptr;    // the update to orthogonalise
+};
+
+// Muon's step on n floats: p = p (1 - lr wd) - lr scale o; with `cautious` the decay only where
+// o p > 0.
+struct MuonApplyArgs {
+  int64_t n = 0;
+  float* p = nullptr;
+  const float* o = nullptr;  // the orthogonalised update
+  float lr = 0, scale = 1.0f, wd = 0;
+  bool cautious = false;
+};
+
+// NorMuon's neuron-wise normalisation of an orthogonalised update o [rows, cols], in place:
+// v[r] = beta2 v[r] + (1 - beta2) mean_c o[r,c]^2, each row divided by sqrt(v[r]) + eps, then
+// the whole rescaled to o's Frobenius norm (so the learning rate keeps Muon's calibration).
+struct NormuonScaleArgs {
+  int64_t rows = 0, cols = 0;
+  float* o = nullptr;
+  float* v = nullptr;  // [rows], the second-moment state
+  float beta2 = 0, eps = 0;
 };
 
 }  // namespace clm

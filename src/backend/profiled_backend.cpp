@@ -1,6 +1,7 @@
-// The profiling decorator (profiled_backend.h): the cost formulas of the ops with shapes beyond
-// an element count, and the scope that names each op by the innermost region. Bytes count each operand once at its storage width (matmul inputs at the precision's
-// element size, everything else fp32 unless an output dtype says otherwise).
+// The profiling decorator (profiled_backend.h): the cost formula of every op, and the scope that
+// names each op by the innermost region. Bytes count each operand once at its storage width
+// (matmul inputs at the precision's element size, everything else fp32 unless an output dtype says
+// otherwise).
 #include "backend/profiled_backend.h"
 
 #include <algorithm>
@@ -10,31 +11,6 @@ namespace clm {
 namespace op_cost {
 
 static double esz(DType t) { return double(dtype_size(t)); }
-
-Cost gemm(MatPrec prec, int64_t M, int64_t N, int64_t K, bool accumulate) {
-  const double m = double(M), n = double(N), k = double(K);
-  return {2.0 * m * n * k, esz(matmul_dtype(prec)) * (m * k + k * n) + (accumulate ? 8.0 : 4.0) * m * n};
-}
-
-Cost rmsnorm_fwd(int64_t rows, int64_t C, DType out_t) {
-  const double e = double(rows) * double(C);
-  return {4.0 * e, (8.0 + esz(out_t)) * e};
-}
-
-Cost rmsnorm_bwd(int64_t rows, int64_t C) {
-  const double e = double(rows) * double(C);
-  return {8.0 * e, 16.0 * e};
-}
-
-Cost qkv_heads_fwd(const HeadShape& s, int T) {
-  const double N = double(s.B) * T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
-  return {10.0 * N * (qw + kvw), 4.0 * N * (2.0 * (qw + 2.0 * kvw) + qw + kvw)};
-}
-
-Cost qkv_heads_bwd(const HeadShape& s, int T) {
-  const double N = double(s.B) * T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
-  return {12.0 * N * (qw + kvw), 4.0 * N * (3.0 * qw + 3.0 * kvw + qw + 2.0 * kvw)};
-}
 
 double attended_pairs(int Tq, int Tk, int window) {
   // f(n): keys seen by the queries at positions 0..n-1 together.
@@ -53,29 +29,93 @@ Cost attention_fwd(const HeadShape& s, int Tq, int Tk, int window) {
           4.0 * s.B * (2.0 * Tq * qw + 2.0 * double(Tk) * kvw)};
 }
 
-Cost attention_bwd(const HeadShape& s, int T, int window) {
-  const double N = double(s.B) * T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
-  return {10.0 * s.B * s.H * s.hd * attended_pairs(T, T, window), 4.0 * N * (4.0 * qw + 4.0 * kvw)};
-}
-
-// Width of the MLP pre-activation: [up | gate] for SwiGLU.
-static double pre_width(Activation a, int64_t Hd) { return a == Activation::SwiGLU ? 2.0 * Hd : double(Hd); }
-
-Cost activation_fwd(Activation a, int64_t N, int64_t Hd, DType out_t) {
-  const double n = double(N), hd = double(Hd);
-  return {8.0 * n * hd, (4.0 * pre_width(a, Hd) + esz(out_t) * hd + 4.0 * hd) * n};
-}
-
-Cost activation_bwd(Activation a, int64_t N, int64_t Hd) {
-  const double n = double(N), hd = double(Hd);
-  return {12.0 * n * hd, (8.0 * pre_width(a, Hd) + 4.0 * hd) * n};
-}
-
 Cost newton_schulz(int64_t rows, int64_t cols, int steps, MatPrec prec) {
   // steps * (4 a^2 b + 2 a^3), a the short side: X X^T, A^2 and the product with X per step.
   const double a = double(std::min(rows, cols)), b = double(std::max(rows, cols));
   return {steps * (4.0 * a * a * b + 2.0 * a * a * a),
           esz(matmul_dtype(prec)) * steps * (3.0 * a * b + 3.0 * a * a) + 8.0 * a * b};
+}
+
+// ---- one formula per op (op_list.h), in its order ----
+
+Cost gemm(MatPrec prec, bool, bool, int64_t M, int64_t N, int64_t K, const void*, const void*, float*,
+          bool accumulate) {
+  const double m = double(M), n = double(N), k = double(K);
+  return {2.0 * m * n * k, esz(matmul_dtype(prec)) * (m * k + k * n) + (accumulate ? 8.0 : 4.0) * m * n};
+}
+Cost f32_to_bf16(const float*, bf16*, int64_t n) { return per_elem(double(n), 0, 6); }
+Cost bf16_to_f32(const bf16*, float*, int64_t n) { return per_elem(double(n), 0, 6); }
+Cost embedding_fwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
+  return per_elem(double(N) * double(C), 0, 8);
+}
+Cost embedding_bwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
+  return per_elem(double(N) * double(C), 1, 12);
+}
+Cost rmsnorm_fwd(const RmsnormFwdArgs& a) {
+  const double e = double(a.rows) * double(a.C);
+  return {4.0 * e, (8.0 + esz(a.out_t)) * e};
+}
+Cost rmsnorm_bwd(const RmsnormBwdArgs& a) {
+  const double e = double(a.rows) * double(a.C);
+  return {8.0 * e, 16.0 * e};
+}
+Cost rope_tables(float*, float*, int T, int hd, float) { return per_elem(double(T) * hd, 0, 4); }
+Cost rope_fwd(float*, int64_t rows, int, int hd, const float*, const float*, int) {
+  return per_elem(double(rows) * hd, 3, 12);
+}
+Cost qkv_heads_fwd(const QkvHeadsFwdArgs& a) {
+  const HeadShape& s = a.shape;
+  const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
+  return {10.0 * N * (qw + kvw), 4.0 * N * (2.0 * (qw + 2.0 * kvw) + qw + kvw)};
+}
+Cost qkv_heads_bwd(const QkvHeadsBwdArgs& a) {
+  const HeadShape& s = a.shape;
+  const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
+  return {12.0 * N * (qw + kvw), 4.0 * N * (3.0 * qw + 3.0 * kvw + qw + 2.0 * kvw)};
+}
+Cost attention_fwd(const AttentionFwdArgs& a) { return attention_fwd(a.shape, a.Tq, a.Tk, a.window); }
+Cost attention_bwd(const AttentionBwdArgs& a) {
+  const HeadShape& s = a.shape;
+  const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
+  return {10.0 * s.B * s.H * s.hd * attended_pairs(a.T, a.T, a.window), 4.0 * N * (4.0 * qw + 4.0 * kvw)};
+}
+Cost split_heads(const SplitHeadsArgs& a) { return per_elem(double(a.B) * a.T * a.nh * a.hd, 0, 8); }
+Cost merge_heads(const MergeHeadsArgs& a) {
+  return per_elem(double(a.B) * a.T * a.nh * a.hd, 0, 4.0 + esz(a.out_t));
+}
+
+// Width of the MLP pre-activation: [up | gate] for SwiGLU.
+static double pre_width(Activation a, int64_t Hd) { return a == Activation::SwiGLU ? 2.0 * Hd : double(Hd); }
+
+Cost activation_fwd(Activation act, const float*, void*, DType out_t, int64_t N, int64_t Hd) {
+  const double n = double(N), hd = double(Hd);
+  return {8.0 * n * hd, (4.0 * pre_width(act, Hd) + esz(out_t) * hd + 4.0 * hd) * n};
+}
+Cost activation_bwd(Activation act, const float*, const float*, void*, DType, int64_t N, int64_t Hd) {
+  const double n = double(N), hd = double(Hd);
+  return {12.0 * n * hd, (8.0 * pre_width(act, Hd) + 4.0 * hd) * n};
+}
+Cost residual_fwd(const float*, const float*, float*, int64_t n) { return per_elem(double(n), 1, 12); }
+Cost mix2_fwd(const float*, const float*, const float*, float*, int64_t n) {
+  return per_elem(double(n), 3, 12);
+}
+Cost mix2_bwd(const Mix2BwdArgs& a) { return per_elem(double(a.n), 6, 24); }
+Cost scale(float*, float, int64_t n) { return per_elem(double(n), 1, 8); }
+Cost axpy(float*, float, const float*, int64_t n) { return per_elem(double(n), 2, 12); }
+Cost softcap_xent(const SoftcapXentArgs& a) { return {30.0 * double(a.N) * a.V, 8.0 * double(a.N) * a.Vp}; }
+Cost softcap_fwd(float*, int64_t n, float) { return per_elem(double(n), 5, 8); }
+Cost sum_squares(const float*, int64_t n) { return per_elem(double(n), 2, 4); }
+Cost sum_squares_many(const float* const*, const int64_t* ns, int count, double*) {
+  double n = 0;
+  for (int i = 0; i < count; ++i) n += double(ns[i]);
+  return per_elem(n, 2, 4);
+}
+Cost adamw_update(const AdamWArgs& a) { return per_elem(double(a.n), 12, 28); }
+Cost muon_momentum(const MuonMomentumArgs& a) { return per_elem(double(a.n), 4, 16); }
+Cost muon_apply(const MuonApplyArgs& a) { return per_elem(double(a.n), 3, 12); }
+Cost normuon_scale(const NormuonScaleArgs& a) { return per_elem(double(a.rows) * double(a.cols), 5, 12); }
+Cost newton_schulz(const float*, float*, int64_t rows, int64_t cols, const NsSchedule& sched, MatPrec prec) {
+  return newton_schulz(rows, cols, int(sched.steps.size()), prec);
 }
 
 }  // namespace op_cost

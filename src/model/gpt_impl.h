@@ -119,7 +119,8 @@ struct GPTImpl {
   // RMSNorm of rows of width d straight into a matmul-input buffer.
   void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
     const float* g = goff >= 0 ? P.as<float>() + goff : nullptr;
-    be->rmsnorm_fwd(x, g, dst, mmt(), rstd, N, d, cfg.norm_eps);
+    be->rmsnorm_fwd({.rows = N, .C = d, .eps = cfg.norm_eps, .x = x, .g = g, .y = dst, .out_t = mmt(),
+                     .rstd = rstd});
   }
   const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
   // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.

@@ -77,7 +77,8 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
                          .k_rstd = a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, .q = a.q + sg.off * qw,
                          .k = a.k + sg.off * kvw, .v = a.v + sg.off * kvw});
       if (lo.ve >= 0) {
-        be->split_heads(tmp + sg.off * kvw, kvw, tmp + N * kvw, 1, sg.n, Hkv, hd);
+        be->split_heads({.B = 1, .T = sg.n, .nh = Hkv, .hd = hd, .ld = kvw, .x = tmp + sg.off * kvw,
+                         .y = tmp + N * kvw});
         be->axpy(a.v + sg.off * kvw, 1.0f, tmp + N * kvw, int64_t(sg.n) * kvw);
       }
       for (int hh = 0; hh < Hkv; ++hh) {  // keys/values into the cache area at [pos0, pos0 + n)
@@ -89,8 +90,8 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
       be->attention_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = sg.n, .Tk = sg.pos0 + sg.n,
                          .Tk_cap = sg.ldT, .window = cfg.attn_window, .q = a.q + sg.off * qw,
                          .k = kc + sg.cache, .v = vc + sg.cache, .o = a.o + sg.off * qw, .lse = nullptr});
-      be->merge_heads(a.o + sg.off * qw, reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, mmt(), qw, 1,
-                      sg.n, H, hd);
+      be->merge_heads({.B = 1, .T = sg.n, .nh = H, .hd = hd, .ld = qw, .y = a.o + sg.off * qw,
+                       .x = reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, .out_t = mmt()});
     }
   }
   attn_out_mlp(lo, a, a.x, tmp, N);

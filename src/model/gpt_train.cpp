@@ -68,7 +68,7 @@ void GPTImpl::block_fwd(int l) {
   if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
     ProfRegion pr(prof, "value_embed", "fwd");
     be->embedding_fwd(tok_d, P.as<float>() + lo.ve, qkv, N, kvw);
-    be->split_heads(qkv, kvw, qkv + N * kvw, B, T, Hkv, hd);
+    be->split_heads({.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .x = qkv, .y = qkv + N * kvw});
     be->axpy(a.v, 1.0f, qkv + N * kvw, N * kvw);
   }
   {
@@ -78,7 +78,7 @@ void GPTImpl::block_fwd(int l) {
   }
   {
     ProfRegion pr(prof, "merge_heads", "fwd");
-    be->merge_heads(a.o, a.att_mm, mmt(), qw, B, T, H, hd);
+    be->merge_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .y = a.o, .x = a.att_mm, .out_t = mmt()});
   }
   // The output goes where the next block reads its input: before its skip mix, when it has one.
   float* xout = l + 1 == L ? x_final : loff[l + 1].x0 >= 0 ? la[l + 1].xpre : la[l + 1].x;
@@ -109,20 +109,23 @@ void GPTImpl::block_bwd(int l) {
   matmul_bwd("matmul.mlp_in.dw", "matmul.mlp_in.dx", dmm, a.ln2_mm, lo.w_in, d, hw, N);
   {
     ProfRegion pr(prof, "rmsnorm.mlp", "bwd");
-    be->rmsnorm_bwd(a.mid, pp(lo.mlp_g), a.ln2_rstd, dtmp, dres, gp(lo.mlp_g), N, d);
+    be->rmsnorm_bwd({.rows = N, .C = d, .x = a.mid, .g = pp(lo.mlp_g), .rstd = a.ln2_rstd, .dy = dtmp,
+                     .dx = dres, .dg = gp(lo.mlp_g)});
   }
   // ---- attention branch: mid = x + W_o attn(rope(qknorm(W_qkv norm(x)))) ----
   matmul_bwd("matmul.wo.dw", "matmul.wo.dx", mm_input(dres, dmm, N * d), a.att_mm, lo.wo, qw, d, N);
   {
     ProfRegion pr(prof, "attention", "bwd");
-    be->split_heads(dtmp, qw, dtmp2, B, T, H, hd);  // dO in [B,H,T,hd]
+    // dO in [B,H,T,hd]
+    be->split_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .x = dtmp, .y = dtmp2});
     be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = cfg.attn_window,
                        .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = dtmp2, .dq = dq, .dk = dk,
                        .dv = dv});
   }
   if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout
     ProfRegion pr(prof, "value_embed", "bwd");
-    be->merge_heads(dv, dtmp2, DType::F32, kvw, B, T, Hkv, hd);
+    be->merge_heads(
+        {.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .y = dv, .x = dtmp2, .out_t = DType::F32});
     be->embedding_bwd(tok_d, dtmp2, g + lo.ve, N, kvw);
   }
   {
@@ -136,11 +139,13 @@ void GPTImpl::block_bwd(int l) {
   matmul_bwd("matmul.qkv.dw", "matmul.qkv.dx", dmm, a.ln1_mm, lo.wqkv, d, qkvw, N);
   {
     ProfRegion pr(prof, "rmsnorm.attn", "bwd");
-    be->rmsnorm_bwd(a.x, pp(lo.attn_g), a.ln1_rstd, dtmp, dres, gp(lo.attn_g), N, d);
+    be->rmsnorm_bwd({.rows = N, .C = d, .x = a.x, .g = pp(lo.attn_g), .rstd = a.ln1_rstd, .dy = dtmp,
+                     .dx = dres, .dg = gp(lo.attn_g)});
   }
   if (lo.x0 >= 0) {  // x = a xpre + b x0: dres becomes the previous block's output gradient
     ProfRegion pr(prof, "x0_skip", "bwd");
-    be->mix2_bwd(dres, a.xpre, la[0].x, pp(lo.x0), dres, dx0, g + lo.x0, N * d);
+    be->mix2_bwd({.n = N * d, .dout = dres, .x = a.xpre, .x0 = la[0].x, .w = pp(lo.x0), .dx = dres,
+                  .dx0 = dx0, .dw = g + lo.x0});
   }
 }
 
@@ -250,7 +255,7 @@ double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
   {
     ProfRegion pr(prof, "rmsnorm.mtp", "bwd");
     be->zero(dtmp2, sizeof(float) * N * d);
-    be->rmsnorm_bwd(mtp_u, nullptr, mtp_rstd, dun, dtmp2, nullptr, N, d);
+    be->rmsnorm_bwd({.rows = N, .C = d, .x = mtp_u, .rstd = mtp_rstd, .dy = dun, .dx = dtmp2});
   }
   const void* du = mm_input(dtmp2, dmm, N * d);
   {
@@ -329,7 +334,8 @@ void GPT::backward(float loss_scale) {
     ProfRegion pr(m.prof, "rmsnorm.final", "bwd");
     be.scale(m.dxf, loss_scale, N * d);
     be.zero(m.dres, sizeof(float) * N * d);
-    be.rmsnorm_bwd(m.x_final, m.pp(m.off_fg), m.lnf_rstd, m.dxf, m.dres, m.gp(m.off_fg), N, d);
+    be.rmsnorm_bwd({.rows = N, .C = d, .x = m.x_final, .g = m.pp(m.off_fg), .rstd = m.lnf_rstd, .dy = m.dxf,
+                    .dx = m.dres, .dg = m.gp(m.off_fg)});
   }
   if (m.dx0) be.zero(m.dx0, sizeof(float) * N * d);
   for (int l = m.L - 1; l >= 0; --l) m.block_bwd(l);

@@ -356,7 +356,8 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
         if (st.group != gi || !st.owned) continue;
         {
           ProfRegion pr(s.prof, "muon.momentum", "optim");
-          s.be->muon_momentum(st.p->grad, st.m, s.scratch_u.as<float>(), st.n, gscale, mu, g.nesterov);
+          s.be->muon_momentum({.n = st.n, .grad = st.p->grad, .gscale = gscale, .mu = mu, .nesterov = g.nesterov,
+                              .buf = st.m, .u = s.scratch_u.as<float>()});
         }
         {
           ProfRegion pr(s.prof, "muon.newton_schulz", "optim");
@@ -365,14 +366,16 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
         }
         if (st.normuon) {
           ProfRegion pr(s.prof, "muon.normuon", "optim");
-          s.be->normuon_scale(s.scratch_o.as<float>(), st.v, st.rows, st.cols, g.beta2, g.eps);
+          s.be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = s.scratch_o.as<float>(), .v = st.v,
+                               .beta2 = g.beta2, .eps = g.eps});
         }
         {
           ProfRegion pr(s.prof, "muon.apply", "optim");
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
           // the per-element update RMS comparable for tall matrices.
           const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
-          s.be->muon_apply(st.p->data, s.scratch_o.as<float>(), st.n, lr, scale, wd, g.cautious_wd);
+          s.be->muon_apply({.n = st.n, .p = st.p->data, .o = s.scratch_o.as<float>(), .lr = lr, .scale = scale, .wd = wd,
+                           .cautious = g.cautious_wd});
         }
       }
     }

@@ -1,7 +1,8 @@
 // The CPU backend: the Backend interface over the kernels of this folder (ops.h, attention,
 // oneDNN matmuls, optimizer kernels, Newton-Schulz). Ops whose kernel has their own signature are
-// generated from the kernel table's list (kernels.h); the rest are written here. Device memory is host memory, so memory
-// operations are memcpy/memset and the device clock is the wall clock.
+// generated from the op list (backend/op_list.h, `table` entries); the rest are written here.
+// Device memory is host memory, so memory operations are memcpy/memset and the device clock is the
+// wall clock.
 #include <omp.h>
 #include <unistd.h>
 
@@ -167,8 +168,8 @@ class CpuBackend final : public Backend {
     return it->second;
   }
 
-  // The ops whose kernel has the Backend op's own signature (kernels.h) forward through the
-  // selected variant's kernel table.
+  // The ops whose kernel has the Backend op's own signature (the op list's `table` entries,
+  // op_kernels.h) forward through the selected variant's kernel table.
 #define CLM_BACKEND_FORWARD(field, fn, R, params, args) \
   R fn params override { return cpu_kernels().field args; }
   CLM_CPU_BACKEND_KERNELS(CLM_BACKEND_FORWARD)
@@ -179,10 +180,9 @@ class CpuBackend final : public Backend {
     clm::gemm(prec, ta, tb, M, N, K, A, B, C, accumulate);
   }
 
-  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
-                   int64_t C, float eps) override {
-    if (out_t == DType::BF16) clm::rmsnorm_fwd(x, g, static_cast<bf16*>(y), rstd, rows, C, eps);
-    else clm::rmsnorm_fwd(x, g, static_cast<float*>(y), rstd, rows, C, eps);
+  void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
+    if (a.out_t == DType::BF16) clm::rmsnorm_fwd(a.x, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
+    else clm::rmsnorm_fwd(a.x, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     const HeadShape& s = a.shape;
@@ -202,10 +202,9 @@ class CpuBackend final : public Backend {
     clm::attention_bwd(a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv, a.T, s.hd,
                        a.window);
   }
-  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
-                   int hd) override {
-    if (out_t == DType::BF16) clm::merge_heads(y, static_cast<bf16*>(x), ld, B, T, nh, hd);
-    else clm::merge_heads(y, static_cast<float*>(x), ld, B, T, nh, hd);
+  void merge_heads(const MergeHeadsArgs& a) override {
+    if (a.out_t == DType::BF16) clm::merge_heads(a.y, static_cast<bf16*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
+    else clm::merge_heads(a.y, static_cast<float*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
   }
   void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
                       int64_t Hd) override {
@@ -230,6 +229,9 @@ class CpuBackend final : public Backend {
                              a.grad_scale);
   }
 
+  void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {
+    for (int i = 0; i < count; ++i) out[i] = clm::sum_squares(xs[i], ns[i]);
+  }
   void adamw_update(const AdamWArgs& a) override {
     const AdamWHyper& h = a.hyper;
     clm::adamw_update(a.p, a.grad, a.m, a.v, a.n, a.gscale, h.lr, h.beta1, h.beta2, h.eps, h.wd, h.t,

@@ -1,51 +1,20 @@
-// The kernel table: one entry per function of ops.h and optim_kernels.h plus the array fp32 <-> bf16
-// conversions of matmul.h. Every compiled instruction-set variant (kernel_isa.h) fills one table;
-// the public functions (kernel_dispatch.cpp) call through the table of the selected variant
-// (cpu_features.cpp), so callers never see the variants. Internal to backend/cpu.
+// The kernel table: one entry per function of ops.h, optim_kernels.h and op_kernels.h (the array
+// fp32 <-> bf16 conversions among them). Every compiled instruction-set variant (kernel_isa.h)
+// fills one table; the public functions (kernel_dispatch.cpp) call through the table of the
+// selected variant (cpu_features.cpp), so callers never see the variants. Internal to backend/cpu.
 #pragma once
 #include <cstdint>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/op_kernels.h"
 
 // X(field, function, return type, (parameters), (arguments)). `field` tells overloads apart.
-// The kernels that are Backend ops with the same signature: the CPU backend's overrides of them
-// are generated from this list (cpu_backend.cpp).
-#define CLM_CPU_BACKEND_KERNELS(X)                                                               \
-  X(embedding_fwd, embedding_fwd, void, (const int32_t* tok, const float* wte, float* out,       \
-    int64_t N, int64_t C), (tok, wte, out, N, C))                                                \
-  X(embedding_bwd, embedding_bwd, void, (const int32_t* tok, const float* dout, float* dwte,     \
-    int64_t N, int64_t C), (tok, dout, dwte, N, C))                                              \
-  X(rmsnorm_bwd, rmsnorm_bwd, void, (const float* x, const float* g, const float* rstd,          \
-    const float* dy, float* dx, float* dg, int64_t rows, int64_t C), (x, g, rstd, dy, dx, dg,    \
-    rows, C))                                                                                    \
-  X(rope_tables, rope_tables, void, (float* cos_t, float* sin_t, int T, int hd, float base),     \
-    (cos_t, sin_t, T, hd, base))                                                                 \
-  X(rope_fwd, rope_fwd, void, (float* x, int64_t rows, int T, int hd, const float* cos_t,        \
-    const float* sin_t, int pos0), (x, rows, T, hd, cos_t, sin_t, pos0))                         \
-  X(split_heads, split_heads, void, (const float* x, int64_t ld, float* y, int B, int T, int nh, \
-    int hd), (x, ld, y, B, T, nh, hd))                                                           \
-  X(residual_fwd, residual_fwd, void, (const float* a, const float* b, float* out, int64_t n),   \
-    (a, b, out, n))                                                                              \
-  X(mix2_fwd, mix2_fwd, void, (const float* x, const float* x0, const float* w, float* out,      \
-    int64_t n), (x, x0, w, out, n))                                                              \
-  X(mix2_bwd, mix2_bwd, void, (const float* dout, const float* x, const float* x0,               \
-    const float* w, float* dx, float* dx0, float* dw, int64_t n), (dout, x, x0, w, dx, dx0, dw,  \
-    n))                                                                                          \
-  X(softcap_fwd, softcap_fwd, void, (float* z, int64_t n, float cap), (z, n, cap))               \
-  X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                       \
-  X(muon_momentum, muon_momentum, void, (const float* grad, float* buf, float* u, int64_t n,     \
-    float gscale, float mu, bool nesterov), (grad, buf, u, n, gscale, mu, nesterov))             \
-  X(muon_apply, muon_apply, void, (float* p, const float* o, int64_t n, float lr, float scale,   \
-    float wd, bool cautious), (p, o, n, lr, scale, wd, cautious))                                \
-  X(normuon_scale, normuon_scale, void, (float* o, float* v, int64_t rows, int64_t cols,         \
-    float beta2, float eps), (o, v, rows, cols, beta2, eps))                                     \
-  X(f32_to_bf16, f32_to_bf16, void, (const float* x, bf16* y, int64_t n), (x, y, n))             \
-  X(bf16_to_f32, bf16_to_f32, void, (const bf16* x, float* y, int64_t n), (x, y, n))
-
-// The other kernels: variants per output dtype, the parts that Backend ops compose, and those whose
-// Backend op takes an argument struct (op_args.h). qkv_heads_bwd is a template declared in ops.h
-// and has two fields of its own (below).
+// The kernels that are Backend ops with the same signature come from the op list
+// (CLM_CPU_BACKEND_KERNELS, op_kernels.h); the CPU backend's overrides of them are generated from
+// it (cpu_backend.cpp). The other kernels, below: variants per output dtype, the parts that
+// Backend ops compose, and those whose Backend op takes an argument struct the kernel does not.
+// qkv_heads_bwd is a template declared in ops.h and has two fields of its own (below).
 #define CLM_CPU_OTHER_KERNELS(X)                                                                 \
   X(rmsnorm_fwd, rmsnorm_fwd, void, (const float* x, const float* g, float* y, float* rstd,      \
     int64_t rows, int64_t C, float eps), (x, g, y, rstd, rows, C, eps))                          \

@@ -4,14 +4,14 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/op_kernels.h"
 #include "backend/dtype.h"
 
 namespace clm {
 
-// Round-to-nearest-even fp32 -> bf16 (NaN stays NaN). Parallel over n with OpenMP. The scalar
-// forms and the MatPrec/bf16 types are in backend/dtype.h.
-void f32_to_bf16(const float* x, bf16* y, int64_t n);
-void bf16_to_f32(const bf16* x, float* y, int64_t n);
+// f32_to_bf16 / bf16_to_f32 (op_kernels.h): round-to-nearest-even fp32 -> bf16 (NaN stays NaN)
+// and back over arrays, parallel over n with OpenMP. The scalar forms and the MatPrec/bf16 types
+// are in backend/dtype.h.
 
 // C[M,N] = A[M,K] * B[K,N]   (accumulate=false)   or   C += A*B   (accumulate=true).
 // A is stored row-major as [M,K] (trans_a=false) or [K,M] (trans_a=true); likewise B as [K,N] or

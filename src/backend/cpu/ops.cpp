@@ -95,8 +95,10 @@ static inline float rms_bwd_dot(const float* dy, const float* g, const float* x,
   return dot;
 }
 
-void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, int64_t rows, int64_t C) {
+void rmsnorm_bwd(const RmsnormBwdArgs& a) {
+  const float *x = a.x, *g = a.g, *rstd = a.rstd, *dy = a.dy;
+  float *dx = a.dx, *dg = a.dg;
+  const int64_t rows = a.rows, C = a.C;
   int nthreads = omp_get_max_threads();
   std::vector<float> partial(g && dg ? size_t(nthreads) * C : 0, 0.0f);
 #pragma omp parallel num_threads(nthreads)
@@ -181,7 +183,11 @@ void rope_bwd(float* dx, int64_t rows, int T, int hd, const float* cos_t, const 
 }
 
 // --- head layouts --------------------------------------------------------------------------------
-void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) {
+void split_heads(const SplitHeadsArgs& a) {
+  const float* x = a.x;
+  float* y = a.y;
+  const int64_t ld = a.ld;
+  const int B = a.B, T = a.T, nh = a.nh, hd = a.hd;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < nh; ++h)
@@ -445,8 +451,10 @@ void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64
   for (int64_t i = 0; i < n; ++i) out[i] = a * x[i] + b * x0[i];
 }
 
-void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
-              float* dw, int64_t n) {
+void mix2_bwd(const Mix2BwdArgs& args) {
+  const float *dout = args.dout, *x = args.x, *x0 = args.x0, *w = args.w;
+  float *dx = args.dx, *dx0 = args.dx0, *dw = args.dw;
+  const int64_t n = args.n;
   constexpr int64_t kChunk = 16384;
   const float a = w[0], b = w[1];
   const int64_t nchunks = (n + kChunk - 1) / kChunk;

@@ -9,22 +9,21 @@
 #include <cstdint>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/op_kernels.h"
 
 namespace clm {
 
 // --- token embedding --------------------------------------------------------------------------
-// out[n,:] = wte[tok[n],:]
-void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N, int64_t C);
-// dwte[tok[n],:] += dout[n,:]  (parallel over columns, so no two threads touch one element)
-void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N, int64_t C);
+// embedding_fwd (op_kernels.h): out[n,:] = wte[tok[n],:]
+// embedding_bwd (op_kernels.h): dwte[tok[n],:] += dout[n,:]  (parallel over columns, so no two
+// threads touch one element)
 
 // --- RMSNorm over the last dimension -------------------------------------------------------------
 // y = x * rstd (* g when g != nullptr), rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
                  float eps);
-// dx += d/dx  (accumulates: the residual stream also carries a gradient); dg += d/dg if g.
-void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, int64_t rows, int64_t C);
+// rmsnorm_bwd (op_kernels.h): dx += d/dx  (accumulates: the residual stream also carries a
+// gradient); dg += d/dg if g.
 
 // --- linear layer y = x W^T (W stored [out, in] like torch.nn.Linear) ---------------------------
 // x, W, dy hold bf16 when prec==BF16, fp32 when F32 (see matmul.h); results are fp32.
@@ -38,12 +37,10 @@ void linear_bwd_weight(MatPrec prec, const void* dy, const void* x, float* dW, i
                        int64_t in, int64_t out);
 
 // --- rotary position embedding ----------------------------------------------------------------
-// Tables for positions [0, T): cos/sin[t*(hd/2) + i] of angle t * base^(-2i/hd).
-void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base);
-// x is `rows` rows of hd (layout [.., T, hd]); row r is at position pos0 + r % T. Rotate-half
-// convention: pairs (x[i], x[i+hd/2]) are rotated by angle_i. In place.
-void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
-              int pos0 = 0);
+// rope_tables (op_kernels.h): tables for positions [0, T): cos/sin[t*(hd/2) + i] of angle
+// t * base^(-2i/hd).
+// rope_fwd (op_kernels.h): x is `rows` rows of hd (layout [.., T, hd]); row r is at position
+// pos0 + r % T. Rotate-half convention: pairs (x[i], x[i+hd/2]) are rotated by angle_i. In place.
 // Inverse rotation of the gradient, in place.
 void rope_bwd(float* dx, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
               int pos0 = 0);
@@ -64,8 +61,8 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
                    int H, int Hkv, int T, int hd, int window);
 
 // --- head layout changes around attention ---------------------------------------------------------
-// x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd].
-void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd);
+// x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd] (split_heads:
+// op_kernels.h, SplitHeadsArgs).
 void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int hd);
 
 // Fused attention input stage, one pass over the qkv matmul output (row stride ld = (H+2Hkv)*hd,
@@ -109,16 +106,12 @@ void swiglu_fwd(const float* hg, bf16* y, int64_t N, int64_t Hd);
 void swiglu_bwd(const float* hg, const float* dy, bf16* dhg, int64_t N, int64_t Hd);
 
 // --- residual add -------------------------------------------------------------------------------
-// out = a + b. Its backward is the identity into both inputs: callers route the gradient (the
-// residual stream gradient is shared, and branch ops accumulate into it).
-void residual_fwd(const float* a, const float* b, float* out, int64_t n);
+// residual_fwd (op_kernels.h): out = a + b. Its backward is the identity into both inputs: callers
+// route the gradient (the residual stream gradient is shared, and branch ops accumulate into it).
 void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da += dout, db += dout
 
-// --- two-term mix (Backend::mix2_fwd / mix2_bwd): out = w0 x + w1 x0 ------------------------------
+// --- two-term mix (mix2_fwd / mix2_bwd, op_kernels.h): out = w0 x + w1 x0 -----------------------
 // The backward's two sums run over fixed 16K-element chunks in double, added in chunk order.
-void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n);
-void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
-              float* dw, int64_t n);
 
 // --- softcapped logits fused with cross-entropy --------------------------------------------------
 // logits: [N, Vp] raw z = x W_head^T, of which the first V columns are real (padding ignored).
@@ -129,7 +122,6 @@ void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w
 // Returns sum of loss over non-ignored rows (double, fixed-order).
 double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale);
-// Softcap alone (for sampling): s = cap*tanh(z/cap), in place.
-void softcap_fwd(float* z, int64_t n, float cap);
+// softcap_fwd (op_kernels.h): the softcap alone (for sampling), s = cap*tanh(z/cap), in place.
 
 }  // namespace clm

@@ -59,7 +59,12 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
   }
 }
 
-void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu, bool nesterov) {
+void muon_momentum(const MuonMomentumArgs& a) {
+  const float* grad = a.grad;
+  float *buf = a.buf, *u = a.u;
+  const int64_t n = a.n;
+  const float gscale = a.gscale, mu = a.mu;
+  const bool nesterov = a.nesterov;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * gscale;
@@ -69,8 +74,12 @@ void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gsc
   }
 }
 
-void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd, bool cautious) {
-  const float decay = 1.0f - lr * wd, step = lr * scale;
+void muon_apply(const MuonApplyArgs& a) {
+  float* p = a.p;
+  const float* o = a.o;
+  const int64_t n = a.n;
+  const bool cautious = a.cautious;
+  const float decay = 1.0f - a.lr * a.wd, step = a.lr * a.scale;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float pi = p[i], d = cautious && !(o[i] * pi > 0.0f) ? 1.0f : decay;
@@ -78,7 +87,10 @@ void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, floa
   }
 }
 
-void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2, float eps) {
+void normuon_scale(const NormuonScaleArgs& a) {
+  float *o = a.o, *v = a.v;
+  const int64_t rows = a.rows, cols = a.cols;
+  const float beta2 = a.beta2, eps = a.eps;
   std::vector<double> ss(size_t(std::max<int64_t>(rows, 0)));
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {

@@ -4,7 +4,8 @@
 // Kernels live in ops.cu, attention.cu, attention_gemm.cu and optim.cu; this file is host code:
 // memory, cuBLASLt matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz
 // as a chain of those matmuls, the attention implementation per shape (attention_select.h), and
-// the scratch buffers the kernels borrow.
+// the scratch buffers the kernels borrow. The ops whose launcher is the whole op (`stream` in
+// backend/op_list.h) are generated from the op list; the rest are written here.
 //
 // Matmuls: fp32 accumulation always (CUBLAS_COMPUTE_32F); fp32 inputs are multiplied in true fp32
 // (no TF32), as on the CPU, so both backends mean the same thing by "fp32".
@@ -21,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "backend/backend.h"
@@ -219,41 +221,34 @@ class CudaBackend final : public Backend {
       plan(prec, ta, tb, M, N, K, 16, 16, 16);
     }
   }
-  void f32_to_bf16(const float* x, bf16* y, int64_t n) override {
-    use();
-    cuda::f32_to_bf16(st_, x, y, n);
-    launched("f32_to_bf16");
+
+  // ---- the ops whose launcher is the whole op (the op list's `stream` entries, kernels.h) ----
+#define CLM_CUDA_FORWARD(name, R, params, args)                                  \
+  R name params override {                                                       \
+    static_assert(std::is_void_v<R>, #name ": a `stream` op returns nothing");   \
+    use();                                                                       \
+    cuda::name(st_, CLM_OP_UNPAREN args);                                        \
+    launched(#name);                                                             \
   }
-  void bf16_to_f32(const bf16* x, float* y, int64_t n) override {
-    use();
-    cuda::bf16_to_f32(st_, x, y, n);
-    launched("bf16_to_f32");
-  }
+  CLM_CUDA_STREAM_OPS(CLM_CUDA_FORWARD)
+#undef CLM_CUDA_FORWARD
 
   // ---- layers ----
-  void embedding_fwd(const int32_t* tok, const float* wte, float* out, int64_t N,
-                     int64_t C) override {
-    use();
-    cuda::embedding_fwd(st_, tok, wte, out, N, C);
-    launched("embedding_fwd");
-  }
   void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N,
                      int64_t C) override {
     use();
     cuda::embedding_bwd(st_, tok, dout, dwte, N, C, scratch(cuda::embedding_bwd_scratch(N)));
     launched("embedding_bwd");
   }
-  void rmsnorm_fwd(const float* x, const float* g, void* y, DType out_t, float* rstd, int64_t rows,
-                   int64_t C, float eps) override {
+  void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
     use();
-    cuda::rmsnorm_fwd(st_, x, g, y, out_t == DType::BF16, rstd, rows, C, eps);
+    cuda::rmsnorm_fwd(st_, a.x, a.g, a.y, a.out_t == DType::BF16, a.rstd, a.rows, a.C, a.eps);
     launched("rmsnorm_fwd");
   }
-  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                   float* dg, int64_t rows, int64_t C) override {
+  void rmsnorm_bwd(const RmsnormBwdArgs& a) override {
     use();
-    cuda::rmsnorm_bwd(st_, x, g, rstd, dy, dx, dg, rows, C,
-                      scratch(cuda::rmsnorm_bwd_scratch(rows, C)));
+    cuda::rmsnorm_bwd(st_, a.x, a.g, a.rstd, a.dy, a.dx, a.dg, a.rows, a.C,
+                      scratch(cuda::rmsnorm_bwd_scratch(a.rows, a.C)));
     launched("rmsnorm_bwd");
   }
   // The tables are computed on the host exactly as the CPU backend computes them (double angles,
@@ -269,12 +264,6 @@ class CudaBackend final : public Backend {
       }
     to_device(cos_t, c.data(), c.size() * 4);
     to_device(sin_t, s.data(), s.size() * 4);
-  }
-  void rope_fwd(float* x, int64_t rows, int T, int hd, const float* cos_t, const float* sin_t,
-                int pos0) override {
-    use();
-    cuda::rope_fwd(st_, x, rows, T, hd, cos_t, sin_t, pos0);
-    launched("rope_fwd");
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     use();
@@ -333,17 +322,6 @@ class CudaBackend final : public Backend {
       launched("attention_bwd");
     });
   }
-  void split_heads(const float* x, int64_t ld, float* y, int B, int T, int nh, int hd) override {
-    use();
-    cuda::split_heads(st_, x, ld, y, B, T, nh, hd);
-    launched("split_heads");
-  }
-  void merge_heads(const float* y, void* x, DType out_t, int64_t ld, int B, int T, int nh,
-                   int hd) override {
-    use();
-    cuda::merge_heads(st_, y, x, out_t == DType::BF16, ld, B, T, nh, hd);
-    launched("merge_heads");
-  }
   void activation_fwd(Activation a, const float* h, void* y, DType out_t, int64_t N,
                       int64_t Hd) override {
     use();
@@ -356,31 +334,10 @@ class CudaBackend final : public Backend {
     cuda::activation_bwd(st_, act_code(a), h, dy, dh, out_t == DType::BF16, N, Hd);
     launched("activation_bwd");
   }
-  void residual_fwd(const float* a, const float* b, float* out, int64_t n) override {
+  void mix2_bwd(const Mix2BwdArgs& a) override {
     use();
-    cuda::residual_fwd(st_, a, b, out, n);
-    launched("residual_fwd");
-  }
-  void mix2_fwd(const float* x, const float* x0, const float* w, float* out, int64_t n) override {
-    use();
-    cuda::mix2_fwd(st_, x, x0, w, out, n);
-    launched("mix2_fwd");
-  }
-  void mix2_bwd(const float* dout, const float* x, const float* x0, const float* w, float* dx, float* dx0,
-                float* dw, int64_t n) override {
-    use();
-    cuda::mix2_bwd(st_, dout, x, x0, w, dx, dx0, dw, n, scratch(cuda::mix2_bwd_scratch(n)));
+    cuda::mix2_bwd(st_, a.dout, a.x, a.x0, a.w, a.dx, a.dx0, a.dw, a.n, scratch(cuda::mix2_bwd_scratch(a.n)));
     launched("mix2_bwd");
-  }
-  void scale(float* x, float s, int64_t n) override {
-    use();
-    cuda::scale(st_, x, s, n);
-    launched("scale");
-  }
-  void axpy(float* y, float a, const float* x, int64_t n) override {
-    use();
-    cuda::axpy(st_, y, a, x, n);
-    launched("axpy");
   }
   double softcap_xent(const SoftcapXentArgs& a) override {
     use();
@@ -388,11 +345,6 @@ class CudaBackend final : public Backend {
                        a.grad_scale, scratch(cuda::softcap_xent_scratch(a.N)), dres_);
     launched("softcap_xent");
     return fetch_results(1)[0];
-  }
-  void softcap_fwd(float* z, int64_t n, float cap) override {
-    use();
-    cuda::softcap_fwd(st_, z, n, cap);
-    launched("softcap_fwd");
   }
 
   // ---- optimizer ----
@@ -428,23 +380,21 @@ class CudaBackend final : public Backend {
                        inv_sqrt_bc2, decay, h.cautious);
     launched("adamw_update");
   }
-  void muon_momentum(const float* grad, float* buf, float* u, int64_t n, float gscale, float mu,
-                     bool nesterov) override {
+  void muon_momentum(const MuonMomentumArgs& a) override {
     use();
-    cuda::muon_momentum(st_, grad, buf, u, n, gscale, mu, nesterov);
+    cuda::muon_momentum(st_, a.grad, a.buf, a.u, a.n, a.gscale, a.mu, a.nesterov);
     launched("muon_momentum");
   }
-  void muon_apply(float* p, const float* o, int64_t n, float lr, float scale, float wd,
-                  bool cautious) override {
+  void muon_apply(const MuonApplyArgs& a) override {
     use();
-    const float decay = 1.0f - lr * wd, step = lr * scale;
-    cuda::muon_apply(st_, p, o, n, decay, step, cautious);
+    const float decay = 1.0f - a.lr * a.wd, step = a.lr * a.scale;
+    cuda::muon_apply(st_, a.p, a.o, a.n, decay, step, a.cautious);
     launched("muon_apply");
   }
-  void normuon_scale(float* o, float* v, int64_t rows, int64_t cols, float beta2,
-                     float eps) override {
+  void normuon_scale(const NormuonScaleArgs& a) override {
     use();
-    cuda::normuon_scale(st_, o, v, rows, cols, beta2, eps, scratch(cuda::normuon_scale_scratch(rows)));
+    cuda::normuon_scale(st_, a.o, a.v, a.rows, a.cols, a.beta2, a.eps,
+                        scratch(cuda::normuon_scale_scratch(a.rows)));
     launched("normuon_scale");
   }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work

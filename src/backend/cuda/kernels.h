@@ -9,13 +9,23 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/op_list.h"
+
+// The launchers that are a whole op, the op list's `stream` entries (backend/op_list.h, where their
+// contracts are): X(name, return type, (parameters), (arguments)); each is declared below as
+// name(stream, parameters...) and cuda_backend.cpp's override of it is generated.
+#define CLM_CUDA_STREAM_ENTRY(X, name, R, params, args, cpu, cuda) CLM_OP_KEEP_##cuda(X(name, R, params, args))
+#define CLM_CUDA_STREAM_OPS(X) CLM_BACKEND_OPS_WITH(CLM_CUDA_STREAM_ENTRY, X)
+
 namespace clm::cuda {
 
 using bf16_t = uint16_t;  // raw bfloat16 bits, as backend/dtype.h
 
+#define CLM_CUDA_STREAM_DECLARE(name, R, params, args) R name(cudaStream_t st, CLM_OP_UNPAREN params);
+CLM_CUDA_STREAM_OPS(CLM_CUDA_STREAM_DECLARE)
+#undef CLM_CUDA_STREAM_DECLARE
+
 // ---- embedding ---------------------------------------------------------------------------------
-void embedding_fwd(cudaStream_t st, const int32_t* tok, const float* wte, float* out, int64_t N,
-                   int64_t C);
 size_t embedding_bwd_scratch(int64_t N);
 // dwte[tok[n]] += dout[n], each row summed in token order (a sort of (token, n), no float atomics).
 void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float* dwte, int64_t N,
@@ -29,8 +39,6 @@ void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* r
                  const float* dy, float* dx, float* dg, int64_t rows, int64_t C, void* scratch);
 
 // ---- RoPE, heads -------------------------------------------------------------------------------
-void rope_fwd(cudaStream_t st, float* x, int64_t rows, int T, int hd, const float* cos_t,
-              const float* sin_t, int pos0);
 void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int Hkv, int hd,
                    bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
                    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
@@ -41,10 +49,6 @@ void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const floa
                    const float* qg, const float* kg, float* dqg, float* dkg, int B, int T, int H,
                    int Hkv, int hd, bool qk_norm, const float* cos_t, const float* sin_t,
                    void* dqkv, bool out_bf16, void* scratch);
-void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh,
-                 int hd);
-void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
-                 int nh, int hd);
 
 // ---- attention (attention.cu) -------------------------------------------------------------------
 int attention_max_head_dim();
@@ -65,14 +69,9 @@ void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, v
                     bool dh_bf16, int64_t N, int64_t Hd);
 
 // ---- element-wise ------------------------------------------------------------------------------
-void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n);
-void mix2_fwd(cudaStream_t st, const float* x, const float* x0, const float* w, float* out, int64_t n);
 size_t mix2_bwd_scratch(int64_t n);
 void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
               float* dx0, float* dw, int64_t n, void* scratch);
-void scale(cudaStream_t st, float* x, float s, int64_t n);
-void axpy(cudaStream_t st, float* y, float a, const float* x, int64_t n);
-void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap);
 size_t softcap_xent_scratch(int64_t N);
 // Writes the summed loss (double) to *total; the caller copies it to the host.
 void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
@@ -93,8 +92,6 @@ void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float deca
 size_t normuon_scale_scratch(int64_t rows);
 void normuon_scale(cudaStream_t st, float* o, float* v, int64_t rows, int64_t cols, float beta2,
                    float eps, void* scratch);
-void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n);
-void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n);
 // Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times
 // 1/(sqrt(*ss) * margin + 1e-7); out = X or X^T back in G's shape.
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,

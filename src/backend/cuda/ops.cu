@@ -616,21 +616,20 @@ void qkv_heads_bwd(cudaStream_t st, const float* dq, const float* dk, const floa
   add_column_partials_k<<<grid_for(hd), kThreads, 0, st>>>(pk, ck, hd, dkg);
 }
 
-void split_heads(cudaStream_t st, const float* x, int64_t ld, float* y, int B, int T, int nh,
-                 int hd) {
-  const int64_t n = int64_t(B) * nh * T * hd;
+void split_heads(cudaStream_t st, const SplitHeadsArgs& a) {
+  const int64_t n = int64_t(a.B) * a.nh * a.T * a.hd;
   if (n == 0) return;
-  split_heads_k<<<grid_for(n), kThreads, 0, st>>>(x, ld, y, B, T, nh, hd);
+  split_heads_k<<<grid_for(n), kThreads, 0, st>>>(a.x, a.ld, a.y, a.B, a.T, a.nh, a.hd);
 }
 
-void merge_heads(cudaStream_t st, const float* y, void* x, bool x_bf16, int64_t ld, int B, int T,
-                 int nh, int hd) {
-  const int64_t n = int64_t(B) * nh * T * hd;
+void merge_heads(cudaStream_t st, const MergeHeadsArgs& a) {
+  const int64_t n = int64_t(a.B) * a.nh * a.T * a.hd;
   if (n == 0) return;
-  if (x_bf16)
-    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(y, static_cast<uint16_t*>(x), ld, B, T, nh, hd);
+  if (a.out_t == DType::BF16)
+    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(a.y, static_cast<uint16_t*>(a.x), a.ld, a.B, a.T, a.nh,
+                                                    a.hd);
   else
-    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(y, static_cast<float*>(x), ld, B, T, nh, hd);
+    merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(a.y, static_cast<float*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
 }
 
 void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
