@@ -180,6 +180,15 @@ def relate(a):
     json.dump(tp, open(tp_path, "w"), indent=1)
 
 
+def write_table(md, lines):
+    """Replaces the lines between the table markers of the Markdown file `md` and prints them."""
+    text = open(md).read()
+    a_, b_ = "<!-- table:start -->", "<!-- table:end -->"
+    text = text[:text.index(a_) + len(a_)] + "\n" + "\n".join(lines) + "\n" + text[text.index(b_):]
+    open(md, "w").write(text)
+    print("\n".join(lines))
+
+
 def table(a):
     """bench/results/recipe.json and the table in bench/results/recipe.md (between the markers)."""
     rows = [json.loads(l) for l in open(os.path.join(RUNS, "screen.jsonl"))]
@@ -233,12 +242,7 @@ def table(a):
         lines.append(f"| {o['budget_s']} s | {o['lever']} | {setting} | {','.join(map(str, o['seeds']))} | "
                      f"{' / '.join(f'{x:.4f}' for x in o['val_bpb'])} | {d} | {sp} | {o['tps_p90']:.0f} | "
                      f"{o['tps_ratio']:.2f} | {o['steps']} | {o['tokens']:,} | {o['params']/1e6:.2f}M | `{cmd}` |")
-    md = os.path.join(res, "recipe.md")
-    text = open(md).read()
-    a_, b_ = "<!-- table:start -->", "<!-- table:end -->"
-    text = text[:text.index(a_) + len(a_)] + "\n" + "\n".join(lines) + "\n" + text[text.index(b_):]
-    open(md, "w").write(text)
-    print("\n".join(lines))
+    write_table(os.path.join(res, "recipe.md"), lines)
 
 
 if __name__ == "__main__":

@@ -36,26 +36,26 @@ void GPTImpl::build() {
   prec = resolve_precision(cfg.matmul_precision, *be);
   d = l.d; H = l.H; Hkv = l.Hkv; hd = l.hd; L = l.L; V = l.V; Vp = l.Vp; Hd = l.Hd;
   qw = l.qw; kvw = l.kvw; qkvw = l.qkvw; hw = l.hw;
-  loff = l.layers;
+  block_offs = l.layers;
   off_wte = l.wte; off_big = l.bigram; off_fg = l.final_gain; off_head = l.head; off_mtp = l.mtp;
   nparams = l.param_floats;
   chunk_rows = l.act.chunk_rows;
 
   check_fits_memory(*be, l.bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
-  P = DeviceBuffer(*be, size_t(nparams) * 4);
-  G = DeviceBuffer(*be, size_t(nparams) * 4);
-  Wb = DeviceBuffer(*be, size_t(nparams) * 2);
+  params_buf = DeviceBuffer(*be, size_t(nparams) * 4);
+  grads_buf = DeviceBuffer(*be, size_t(nparams) * 4);
+  bf16_buf = DeviceBuffer(*be, size_t(nparams) * 2);
   for (const ParamSlot& s : l.params) {
     Param p;
     p.name = s.name;
     p.shape = s.shape;
     p.kind = s.kind;
-    p.data = P.as<float>() + s.offset;
-    p.grad = G.as<float>() + s.offset;
+    p.data = params_buf.as<float>() + s.offset;
+    p.grad = grads_buf.as<float>() + s.offset;
     p.backend = be;
     params.push_back(std::move(p));
   }
-  A = DeviceBuffer(*be, size_t(l.act.floats) * 4);
+  arena = DeviceBuffer(*be, size_t(l.act.floats) * 4);
   bind_activations();
   be->rope_tables(cos_t, sin_t, max_T, hd, cfg.rope_base);
   const int64_t s = l.act.io_stride;
@@ -80,10 +80,10 @@ LayerAct GPTImpl::bind_block(const BlockActs& b, float* base) {
 
 void GPTImpl::bind_activations() {
   const ActivationPlan& a = layout.act;
-  float* base = A.as<float>();
+  float* base = arena.as<float>();
   auto at = [base](int64_t off) { return off >= 0 ? base + off : nullptr; };
-  la.resize(size_t(L));
-  for (int i = 0; i < L; ++i) la[size_t(i)] = bind_block(a.blocks[size_t(i)], base);
+  block_acts.resize(size_t(L));
+  for (int i = 0; i < L; ++i) block_acts[size_t(i)] = bind_block(a.blocks[size_t(i)], base);
   dx0 = at(a.dx0), x_final = at(a.x_final), lnf_rstd = at(a.lnf_rstd), lnf_mm = at(a.lnf_mm), dxf = at(a.dxf);
   head_dw = at(a.head_dw), logits = at(a.logits), logits_mm = at(a.logits_mm);
   tmp_d = at(a.tmp_d), tmp_mm = at(a.tmp_mm), qkv = at(a.qkv), dres = at(a.dres);
@@ -166,12 +166,12 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::zero_grad() {
-  impl->be->zero(impl->G.as<float>(), sizeof(float) * impl->nparams);
+  impl->be->zero(impl->grads_buf.as<float>(), sizeof(float) * impl->nparams);
   impl->bf16_dirty = true;
 }
 
 std::vector<Param>& GPT::params() { return impl->params; }
-float* GPT::grad_buffer() { return impl->G.as<float>(); }
+float* GPT::grad_buffer() { return impl->grads_buf.as<float>(); }
 int64_t GPT::grad_floats() const { return impl->nparams; }
 float* GPT::grad_accumulator() {
   if (!impl->G_acc.as<float>()) impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);

@@ -71,19 +71,19 @@ struct GPTImpl {
   ModelLayout layout;  // offsets and sizes of everything below (model/layout.h)
   std::vector<Param> params;
   int64_t nparams = 0;
-  DeviceBuffer P, G, Wb;  // params, grads (fp32) and the bf16 mirror of the params
+  DeviceBuffer params_buf, grads_buf, bf16_buf;  // params, grads (fp32) and the bf16 mirror of the params
   DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
-  std::vector<LayerOff> loff;  // the layout's parameter offsets, by the names the passes use
+  std::vector<LayerOff> block_offs;  // the layout's parameter offsets, by the names the passes use
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
   int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
   int64_t off_mtp = -1;  // mtp_proj [d, d], when model.mtp_weight > 0
 
-  DeviceBuffer A;  // activation arena
+  DeviceBuffer arena;  // activation arena
   DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
   int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
   int32_t* tgt2_d = nullptr;  // the multi-token head's targets (the token after next)
   float* loss_d = nullptr;
-  std::vector<LayerAct> la;
+  std::vector<LayerAct> block_acts;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
   float* dx0 = nullptr;  // backward: the gradient reaching the embedding output through the skips
@@ -98,8 +98,8 @@ struct GPTImpl {
   bool have_fwd = false, fwd_had_grad = false;
 
   const void* w(int64_t off) const {  // weight in matmul precision
-    if (prec == MatPrec::F32) return P.as<float>() + off;
-    return Wb.as<bf16>() + off;
+    if (prec == MatPrec::F32) return params_buf.as<float>() + off;
+    return bf16_buf.as<bf16>() + off;
   }
   DType mmt() const { return matmul_dtype(prec); }
   // An fp32 buffer as a matmul input: itself in fp32 mode, else its bf16 rounding written to `dst`.
@@ -111,27 +111,27 @@ struct GPTImpl {
   void refresh_bf16() {
     if (prec == MatPrec::BF16 && bf16_dirty) {
       ProfRegion pr(prof, "weights.to_bf16", "fwd");
-      be->f32_to_bf16(P.as<float>(), Wb.as<bf16>(), nparams);
+      be->f32_to_bf16(params_buf.as<float>(), bf16_buf.as<bf16>(), nparams);
     }
     bf16_dirty = false;
   }
 
   // RMSNorm of rows of width d straight into a matmul-input buffer.
   void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
-    const float* g = goff >= 0 ? P.as<float>() + goff : nullptr;
+    const float* g = goff >= 0 ? params_buf.as<float>() + goff : nullptr;
     be->rmsnorm_fwd({.rows = N, .C = d, .eps = cfg.norm_eps, .x = x, .g = g, .y = dst, .out_t = mmt(),
                      .rstd = rstd});
   }
-  const float* pp(int64_t off) const { return off >= 0 ? P.as<float>() + off : nullptr; }
+  const float* pp(int64_t off) const { return off >= 0 ? params_buf.as<float>() + off : nullptr; }
   // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.
   void add_bigram(const std::vector<int32_t>& rows, int32_t* row_d, float* x, float* tmp) {
     const int64_t N = int64_t(rows.size());
     ProfRegion pr(prof, "embedding.bigram", "fwd");
     be->to_device(row_d, rows.data(), sizeof(int32_t) * N);
-    be->embedding_fwd(row_d, P.as<float>() + off_big, tmp, N, d);
+    be->embedding_fwd(row_d, params_buf.as<float>() + off_big, tmp, N, d);
     be->axpy(x, 1.0f, tmp, N * d);
   }
-  float* gp(int64_t off) const { return off >= 0 ? G.as<float>() + off : nullptr; }
+  float* gp(int64_t off) const { return off >= 0 ? grads_buf.as<float>() + off : nullptr; }
 
   // Scratch of the cached (inference) forward, sized on demand: one LayerAct that every layer
   // reuses (nothing is kept for backward), the head's row buffers and RoPE tables for `T` positions.
@@ -163,10 +163,10 @@ struct GPTImpl {
   // its output into the next block's input (or x_final). Keeps what block_bwd reads.
   void block_fwd(int l);
   // Its mirror image: from dres (the gradient of the block's output) to dres = the gradient of its
-  // input, adding the block's weight gradients into G (and the skip's share of x0 into dx0).
+  // input, adding the block's weight gradients into grads_buf (and the skip's share of x0 into dx0).
   void block_bwd(int l);
   // Backward of y = x W^T (x: [N, in] in matmul precision, W at offset w_off: [out, in]) from dy
-  // (matmul precision): G[w_off] += dy^T x, then dtmp = dy W; each half in its own profiler region.
+  // (matmul precision): grads_buf[w_off] += dy^T x, then dtmp = dy W; each half in its own profiler region.
   void matmul_bwd(const char* dw_name, const char* dx_name, const void* dy, const void* x_mm, int64_t w_off,
                   int in, int out, int64_t N);
   // Embedding, the blocks and the final norm of a training/eval forward over B x T rows.

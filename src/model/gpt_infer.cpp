@@ -54,7 +54,7 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
 }
 
 void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs, float* kc, float* vc) {
-  const LayerOff& lo = loff[l];
+  const LayerOff& lo = block_offs[l];
   LayerAct& a = inf.a;
   float* tmp = inf.tmp_d;
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
@@ -63,7 +63,7 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
     ProfRegion pr(prof, "attention.cached", "fwd");
     // Value embedding rows of all N tokens in tmp (free until the output projection), each segment's
     // in heads layout after them.
-    if (lo.ve >= 0) be->embedding_fwd(inf.tok, P.as<float>() + lo.ve, tmp, N, kvw);
+    if (lo.ve >= 0) be->embedding_fwd(inf.tok, params_buf.as<float>() + lo.ve, tmp, N, kvw);
     for (const KVSegment& sg : segs) {
       // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
       const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
@@ -139,7 +139,7 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
   be.to_device(m.inf.tok, tokens, sizeof(int32_t) * N);
   {
     ProfRegion pr(m.prof, "embedding", "fwd");
-    be.embedding_fwd(m.inf.tok, m.P.as<float>() + m.off_wte, a.x, N, d);
+    be.embedding_fwd(m.inf.tok, m.params_buf.as<float>() + m.off_wte, a.x, N, d);
   }
   if (m.off_big >= 0) {
     std::vector<int32_t> rows(static_cast<size_t>(N));
@@ -152,9 +152,9 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
   }
   if (m.inf.x0) be.copy(m.inf.x0, a.x, sizeof(float) * N * d);
   for (int l = 0; l < m.L; ++l) {
-    if (m.loff[l].x0 >= 0) {
+    if (m.block_offs[l].x0 >= 0) {
       ProfRegion pr(m.prof, "x0_skip", "fwd");
-      be.mix2_fwd(a.x, m.inf.x0, m.pp(m.loff[l].x0), a.x, N * d);
+      be.mix2_fwd(a.x, m.inf.x0, m.pp(m.block_offs[l].x0), a.x, N * d);
     }
     m.block_cached(l, N, segs, cache.k(l), cache.v(l));
   }

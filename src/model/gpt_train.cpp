@@ -50,12 +50,12 @@ void GPTImpl::attn_out_mlp(const LayerOff& lo, LayerAct& a, float* xout, float* 
 }
 
 void GPTImpl::block_fwd(int l) {
-  LayerAct& a = la[l];
-  const LayerOff& lo = loff[l];
+  LayerAct& a = block_acts[l];
+  const LayerOff& lo = block_offs[l];
   const int64_t N = int64_t(B) * T;
   if (lo.x0 >= 0) {  // x = a xpre + b x0
     ProfRegion pr(prof, "x0_skip", "fwd");
-    be->mix2_fwd(a.xpre, la[0].x, pp(lo.x0), a.x, N * d);
+    be->mix2_fwd(a.xpre, block_acts[0].x, pp(lo.x0), a.x, N * d);
   }
   attn_in(lo, a, qkv, N);
   {
@@ -67,7 +67,7 @@ void GPTImpl::block_fwd(int l) {
   }
   if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
     ProfRegion pr(prof, "value_embed", "fwd");
-    be->embedding_fwd(tok_d, P.as<float>() + lo.ve, qkv, N, kvw);
+    be->embedding_fwd(tok_d, params_buf.as<float>() + lo.ve, qkv, N, kvw);
     be->split_heads({.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .x = qkv, .y = qkv + N * kvw});
     be->axpy(a.v, 1.0f, qkv + N * kvw, N * kvw);
   }
@@ -81,7 +81,9 @@ void GPTImpl::block_fwd(int l) {
     be->merge_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .y = a.o, .x = a.att_mm, .out_t = mmt()});
   }
   // The output goes where the next block reads its input: before its skip mix, when it has one.
-  float* xout = l + 1 == L ? x_final : loff[l + 1].x0 >= 0 ? la[l + 1].xpre : la[l + 1].x;
+  float* xout = l + 1 == L                 ? x_final
+               : block_offs[l + 1].x0 >= 0 ? block_acts[l + 1].xpre
+                                           : block_acts[l + 1].x;
   attn_out_mlp(lo, a, xout, tmp_d, N);
 }
 
@@ -89,17 +91,17 @@ void GPTImpl::matmul_bwd(const char* dw_name, const char* dx_name, const void* d
                          int64_t w_off, int in, int out, int64_t N) {
   {
     ProfRegion pr(prof, dw_name, "bwd");
-    be->linear_bwd_weight(prec, dy, x_mm, G.as<float>() + w_off, N, in, out);
+    be->linear_bwd_weight(prec, dy, x_mm, grads_buf.as<float>() + w_off, N, in, out);
   }
   ProfRegion pr(prof, dx_name, "bwd");
   be->linear_bwd_input(prec, dy, w(w_off), dtmp, N, in, out, false);
 }
 
 void GPTImpl::block_bwd(int l) {
-  LayerAct& a = la[l];
-  const LayerOff& lo = loff[l];
+  LayerAct& a = block_acts[l];
+  const LayerOff& lo = block_offs[l];
   const int64_t N = int64_t(B) * T;
-  float* g = G.as<float>();
+  float* g = grads_buf.as<float>();
   // ---- MLP branch: xout = mid + W_out act(W_in norm(mid)) ----
   matmul_bwd("matmul.mlp_out.dw", "matmul.mlp_out.dx", mm_input(dres, dmm, N * d), a.act_mm, lo.w_out, Hd, d, N);
   {
@@ -144,7 +146,7 @@ void GPTImpl::block_bwd(int l) {
   }
   if (lo.x0 >= 0) {  // x = a xpre + b x0: dres becomes the previous block's output gradient
     ProfRegion pr(prof, "x0_skip", "bwd");
-    be->mix2_bwd({.n = N * d, .dout = dres, .x = a.xpre, .x0 = la[0].x, .w = pp(lo.x0), .dx = dres,
+    be->mix2_bwd({.n = N * d, .dout = dres, .x = a.xpre, .x0 = block_acts[0].x, .w = pp(lo.x0), .dx = dres,
                   .dx0 = dx0, .dw = g + lo.x0});
   }
 }
@@ -164,12 +166,12 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
   refresh_bf16();
   {
     ProfRegion pr(prof, "embedding", "fwd");
-    be->embedding_fwd(tok_d, P.as<float>() + off_wte, la[0].x, N, d);
+    be->embedding_fwd(tok_d, params_buf.as<float>() + off_wte, block_acts[0].x, N, d);
   }
   if (off_big >= 0) {  // each training row starts without a previous token
     std::vector<int32_t> rows(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
-    add_bigram(rows, big_d, la[0].x, tmp_d);
+    add_bigram(rows, big_d, block_acts[0].x, tmp_d);
   }
   for (int l = 0; l < L; ++l) block_fwd(l);
   ProfRegion pr(prof, "rmsnorm.final", "fwd");
@@ -324,11 +326,11 @@ void GPT::backward(float loss_scale) {
   m.have_fwd = false;
   const int d = m.d;
   const int64_t N = int64_t(m.B) * m.T;
-  float* G = m.G.as<float>();
+  float* grads = m.grads_buf.as<float>();
   {
     ProfRegion pr(m.prof, "head.grad_accum", "bwd");
-    be.axpy(G + m.off_head, loss_scale, m.head_dw, int64_t(m.Vp) * d);
-    if (m.off_mtp >= 0) be.axpy(G + m.off_mtp, loss_scale, m.mtp_dw, int64_t(d) * d);
+    be.axpy(grads + m.off_head, loss_scale, m.head_dw, int64_t(m.Vp) * d);
+    if (m.off_mtp >= 0) be.axpy(grads + m.off_mtp, loss_scale, m.mtp_dw, int64_t(d) * d);
   }
   {
     ProfRegion pr(m.prof, "rmsnorm.final", "bwd");
@@ -342,8 +344,8 @@ void GPT::backward(float loss_scale) {
   if (m.dx0) be.axpy(m.dres, 1.0f, m.dx0, N * d);  // the embedding output's gradient through the skips
   {
     ProfRegion pr(m.prof, "embedding", "bwd");
-    be.embedding_bwd(m.tok_d, m.dres, G + m.off_wte, N, d);
-    if (m.off_big >= 0) be.embedding_bwd(m.big_d, m.dres, G + m.off_big, N, d);  // rows of the forward
+    be.embedding_bwd(m.tok_d, m.dres, grads + m.off_wte, N, d);
+    if (m.off_big >= 0) be.embedding_bwd(m.big_d, m.dres, grads + m.off_big, N, d);  // rows of the forward
   }
   m.bf16_dirty = true;  // an optimizer step normally follows
 }
