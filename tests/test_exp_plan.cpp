@@ -325,13 +325,13 @@ TEST(ExpPlan, FamilyCorrectionsRecoverAKnownTrendWithLeaveOneOut) {
   EXPECT_EQ(v.slope_from, "seq256");  // one amount of data: the slope of the family it extends
   EXPECT_NEAR(v.b, 0.02, 1e-9);
   EXPECT_NEAR(v.a, -0.11, 1e-9);
-  // Predictions: within the data no caution; beyond it, or for a family without runs, a note.
+  // Predictions: within the data no caution; outside it, or for a family without runs, a note.
   const RecipePrediction in = m.predict("seq256", 1.5e6, 10e6);
   EXPECT_NEAR(in.bpb, law.predict(1.5e6, 10e6) + corr(10e6), 1e-9);
   EXPECT_TRUE(in.note.empty()) << in.note;
   EXPECT_GE(in.error, 0);
-  EXPECT_NE(m.predict("seq256", 1.5e6, 500e6).note.find("beyond its runs"), std::string::npos);
-  EXPECT_NE(m.predict("seq256", 80e6, 10e6).note.find("matrix params is beyond"), std::string::npos);
+  EXPECT_NE(m.predict("seq256", 1.5e6, 500e6).note.find("outside its runs"), std::string::npos);
+  EXPECT_NE(m.predict("seq256", 80e6, 10e6).note.find("matrix params is outside"), std::string::npos);
   const RecipePrediction none = m.predict("seq64+mtp", 1e6, 10e6);
   EXPECT_NEAR(none.bpb, law.predict(1e6, 10e6), 1e-12);
   EXPECT_LT(none.error, 0);

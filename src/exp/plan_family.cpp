@@ -101,10 +101,10 @@ constexpr double kReach = 1.5;
 
 std::string range_note(const FamilyFit& f, double n, double d) {
   if (d > f.max_bytes * kReach || d < f.min_bytes / kReach)
-    return fmt::format("{:.3g} MB of data is beyond its runs' {:.3g}-{:.3g} MB", d / 1e6, f.min_bytes / 1e6,
+    return fmt::format("{:.3g} MB of data is outside its runs' {:.3g}-{:.3g} MB", d / 1e6, f.min_bytes / 1e6,
                        f.max_bytes / 1e6);
   if (n > f.max_params * kReach || n < f.min_params / kReach)
-    return fmt::format("{:.3g}M matrix params is beyond its runs' {:.3g}-{:.3g}M", n / 1e6, f.min_params / 1e6,
+    return fmt::format("{:.3g}M matrix params is outside its runs' {:.3g}-{:.3g}M", n / 1e6, f.min_params / 1e6,
                        f.max_params / 1e6);
   return "";
 }
