@@ -172,9 +172,10 @@ def table(a):
                          f"{r['tokens']:,} | {r['val_bpb']:.4f} | {vs_d4} | {vs_peer} |")
             out.append(r)
         if peer:
+            vs_d4 = f"{100 * (peer['val']['bpb'] / d4['val_bpb'] - 1):+.1f}%" if d4 else "n/a"
             lines.append(f"| {b} s | PyTorch peer (nanochat recipe, d4, {peer['precision']}) | | {peer['steps']} | "
                          f"{peer['tokens_per_second']:.0f} | {peer['tokens']:,} | {peer['val']['bpb']:.4f} | "
-                         f"{100 * (peer['val']['bpb'] / d4['val_bpb'] - 1):+.1f}% | — |" if d4 else "")
+                         f"{vs_d4} | — |")
     res = os.path.join(recipe.ROOT, "bench", "results")
     json.dump(dict(method="bench/auto_bench.sh; see bench/results/auto.md", rows=out),
               open(os.path.join(res, "auto.json"), "w"), indent=1)
