@@ -381,3 +381,123 @@ TEST(ExpPlan, PresetsAreCandidatesAndTheChoiceIsExplained) {
   EXPECT_NE(format_plan(r).find("chosen: "), std::string::npos);
   EXPECT_TRUE(r.to_json()["candidates"][0].contains("predicted_error"));
 }
+
+TEST(ExpPlan, RecipeAtAnotherDepthKeepsEverythingButTheShape) {
+  const RunConfig sr = load_config("speedrun-10m");
+  const RunConfig v = recipe_at_depth(sr, 2);
+  EXPECT_EQ(v.name, "speedrun-10m@d2");
+  EXPECT_EQ(v.model.n_layer, 2);
+  EXPECT_EQ(v.model.d_model, 128);
+  EXPECT_EQ(v.model.n_head, 2);
+  EXPECT_EQ(v.model.n_kv_head, 2);
+  EXPECT_EQ(v.model.value_embeds, 2) << "a value embedding in every block stays in every block";
+  EXPECT_FLOAT_EQ(v.optim.embed.lr, float(0.2 * std::sqrt(768.0 / 128)));
+  EXPECT_FLOAT_EQ(v.optim.head.lr, float(0.004 * std::sqrt(768.0 / 128)));
+  // The recipe: row length, features, optimizer, batch and its schedule, budget.
+  EXPECT_EQ(v.model.seq_len, sr.model.seq_len);
+  EXPECT_EQ(v.optim.matrix.ns_coeffs, sr.optim.matrix.ns_coeffs);
+  EXPECT_EQ(v.optim.matrix.lr, sr.optim.matrix.lr);
+  EXPECT_EQ(v.train.batch_tokens, sr.train.batch_tokens);
+  EXPECT_EQ(v.train.batch_schedule, sr.train.batch_schedule);
+  EXPECT_EQ(v.train.micro_batch, sr.train.micro_batch);
+  EXPECT_EQ(v.train.budget_seconds, sr.train.budget_seconds);
+  EXPECT_EQ(recipe_family(v), recipe_family(sr));
+  RunConfig w = v;
+  w.model.vocab_size = 512;
+  EXPECT_NO_THROW(validate(w));
+  // At the recipe's own depth only the name changes.
+  RunConfig same = recipe_at_depth(sr, 3);
+  same.name = sr.name;
+  EXPECT_EQ(to_json(same).dump(), to_json(sr).dump());
+  // A count of value embeddings below the depth stays a count; grouped attention keeps its ratio.
+  RunConfig g = sr;
+  g.model.value_embeds = 1;
+  g.model.n_layer = 4, g.model.d_model = 256, g.model.n_head = 4, g.model.n_kv_head = 2;
+  const RunConfig g6 = recipe_at_depth(g, 6);
+  EXPECT_EQ(g6.model.value_embeds, 1);
+  EXPECT_EQ(g6.model.n_head, 6);
+  EXPECT_EQ(g6.model.n_kv_head, 3);
+}
+
+// Whatever the timings, the choice obeys one rule: the chosen row is timed; every candidate
+// predicted better than it is a variant not better than its preset by more than its error; a chosen
+// variant clears its (timed) preset by more than that.
+TEST(ExpPlan, VariantsAreCandidatesAndReplaceTheirPresetOnlyBeyondTheError) {
+  PlanOptions o;
+  o.budget_seconds = 300;
+  o.device = "cpu";
+  o.sets = {"train.threads=1"};
+  o.min_depth = 2;
+  o.max_depth = 4;
+  o.measure_top = 1;
+  o.threads = 1;
+  o.progress = false;
+  const PlanResult r = make_plan(o);
+  auto find = [&](const std::string& name) -> const PlanCandidate* {
+    for (const PlanCandidate& c : r.ranked)
+      if (c.cfg.name == name) return &c;
+    return nullptr;
+  };
+  int variants = 0;
+  for (const PlanCandidate& c : r.ranked) {
+    if (c.variant_of.empty()) continue;
+    ++variants;
+    const PlanCandidate* p = find(c.variant_of);
+    ASSERT_NE(p, nullptr) << c.cfg.name;
+    EXPECT_TRUE(p->preset);
+    EXPECT_EQ(c.family, p->family);
+    EXPECT_NE(c.cfg.model.n_layer, p->cfg.model.n_layer);
+    EXPECT_LE(std::abs(c.cfg.model.n_layer - p->cfg.model.n_layer), o.variant_reach);
+  }
+  EXPECT_NE(find("speedrun-10m@d2"), nullptr);
+  EXPECT_NE(find("speedrun-10m@d4"), nullptr);
+  EXPECT_EQ(find("speedrun-10m@d5"), nullptr) << "beyond --max-depth";
+  EXPECT_GE(variants, 4);  // both speedrun presets at d2 and d4
+  const PlanCandidate& best = r.ranked.front();
+  EXPECT_TRUE(best.measured);
+  for (const PlanCandidate& c : r.ranked) {
+    if (!c.fits || !(c.predicted_bpb < best.predicted_bpb)) continue;
+    ASSERT_FALSE(c.variant_of.empty()) << c.cfg.name << " is predicted better than the chosen " << best.cfg.name;
+    const PlanCandidate* p = find(c.variant_of);
+    EXPECT_FALSE(c.predicted_error >= 0 && p->predicted_bpb - c.predicted_bpb > c.predicted_error) << c.cfg.name;
+    EXPECT_NE(r.choice.find("passed over " + c.cfg.name), std::string::npos) << r.choice;
+  }
+  if (!best.variant_of.empty()) {
+    const PlanCandidate* p = find(best.variant_of);
+    EXPECT_TRUE(p->measured);
+    EXPECT_GT(p->predicted_bpb - best.predicted_bpb, best.predicted_error);
+    EXPECT_EQ(r.choice.rfind("variant " + best.cfg.name, 0), 0u) << r.choice;
+  }
+  EXPECT_EQ(r.to_json()["candidates"][0]["variant_of"], best.variant_of);
+  // A model size the family's runs do not cover is said so.
+  const PlanCandidate* d4v = find("speedrun-10m@d4");
+  EXPECT_NE(d4v->note.find("matrix params is outside its runs"), std::string::npos) << d4v->note;
+}
+
+TEST(ExpPlan, AVariantMustBeatItsPresetByMoreThanItsError) {
+  auto cand = [](const char* name, double bpb, double err, const char* of, bool preset) {
+    PlanCandidate c;
+    c.cfg.name = name;
+    c.predicted_bpb = bpb;
+    c.predicted_error = err;
+    c.variant_of = of;
+    c.preset = preset;
+    return c;
+  };
+  const PlanCandidate sr = cand("sr", 1.80, 0.02, "", true), d2 = cand("d2", 1.85, 0.02, "", false);
+  // Better by less than its error: the preset.
+  EXPECT_EQ(choose_candidate({cand("sr@d2", 1.79, 0.02, "sr", false), sr, d2}), 1u);
+  // By more: the variant.
+  EXPECT_EQ(choose_candidate({cand("sr@d2", 1.77, 0.02, "sr", false), sr, d2}), 0u);
+  // With no measure of its error, never.
+  EXPECT_EQ(choose_candidate({cand("sr@d2", 1.60, -1, "sr", false), sr, d2}), 1u);
+  // A rule depth or a preset needs no margin; a variant whose preset does not fit needs none either.
+  EXPECT_EQ(choose_candidate({cand("d3", 1.79, 0.02, "", false), sr, d2}), 0u);
+  PlanCandidate big = sr;
+  big.fits = false;
+  EXPECT_EQ(choose_candidate({cand("sr@d2", 1.79, 0.02, "sr", false), d2, big}), 0u);
+  // Two variants within their errors, then a rule depth: the rule depth.
+  EXPECT_EQ(choose_candidate({cand("sr@d2", 1.79, 0.02, "sr", false), cand("sr@d4", 1.795, 0.02, "sr", false),
+                              cand("d3", 1.797, 0.02, "", false), sr}),
+            2u);
+}

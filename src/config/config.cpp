@@ -396,6 +396,25 @@ RunConfig depth_config(int n_layer) {
   return preset_d(n_layer);
 }
 
+RunConfig recipe_at_depth(const RunConfig& recipe, int n_layer) {
+  const RunConfig shape = depth_config(n_layer);
+  RunConfig c = recipe;
+  c.name = fmt::format("{}@d{}", recipe.name, n_layer);
+  c.model.n_layer = shape.model.n_layer;
+  c.model.d_model = shape.model.d_model;
+  c.model.head_dim = shape.model.head_dim;
+  c.model.n_head = shape.model.n_head;
+  // Grouped-query attention keeps its ratio where the new head count allows it.
+  const int group = recipe.model.n_head / std::max(recipe.model.n_kv_head, 1);
+  c.model.n_kv_head = group > 0 && c.model.n_head % group == 0 ? c.model.n_head / group : c.model.n_head;
+  // A value embedding in every block stays so; a count below the depth stays the same count.
+  c.model.value_embeds = recipe.model.value_embeds >= recipe.model.n_layer
+                             ? n_layer
+                             : std::min(recipe.model.value_embeds, n_layer);
+  scale_adamw_lrs(c);
+  return c;
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> v = {"baseline-50m", "byte-11m", "server-4h", "speedrun-10m", "speedrun-30m"};
   for (int n = 4; n <= 20; ++n) v.push_back(fmt::format("d{}", n));

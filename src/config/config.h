@@ -86,6 +86,10 @@ std::vector<std::string> preset_names();
 // the batch and AdamW learning rates scaled with it (docs/CONFIG.md); vocab_size 0. Used by the
 // planner, which also searches depths below d4.
 RunConfig depth_config(int n_layer);
+// A recipe (a preset's row length, features, optimizer and batch) at another size: the d<N> rule's
+// shape for `n_layer` (width, heads) with the AdamW learning rates rescaled for it; named
+// "<recipe>@d<N>". A value embedding in every block stays in every block.
+RunConfig recipe_at_depth(const RunConfig& recipe, int n_layer);
 // Stable fingerprint of what determines the training math (model, optim, batch, seed, schedule
 // shape); excludes run-length and bookkeeping keys (budget, max_steps, eval/checkpoint cadence,
 // log_every, threads, name) so a resumed run may extend its budget. Stored in checkpoints.

@@ -90,6 +90,7 @@ nlohmann::json PlanResult::to_json() const {
                     {"predicted_bpb", c.predicted_bpb},
                     {"predicted_error", c.predicted_error},
                     {"preset", c.preset},
+                    {"variant_of", c.variant_of},
                     {"family", c.family},
                     {"note", c.note},
                     {"memory_bytes", c.memory_bytes},
@@ -138,44 +139,88 @@ PlanCandidate make_candidate(RunConfig cfg, bool preset, const PlanOptions& o, c
 }
 
 // The depths of the d<N> rule, then every built-in preset made for this vocabulary (the d<N>
-// presets are the rule's own depths).
-std::vector<PlanCandidate> plan_candidates(const PlanOptions& o, const PlanData& data, Backend& be) {
+// presets are the rule's own depths), then the recipe of each preset whose family has runs at the
+// rule's depths within `variant_reach` layers of its own.
+std::vector<PlanCandidate> plan_candidates(const PlanOptions& o, const PlanData& data, const RecipeModel& model,
+                                           Backend& be) {
   std::vector<PlanCandidate> cands;
   for (int d = o.min_depth; d <= o.max_depth; ++d) cands.push_back(make_candidate(depth_config(d), false, o, data, be));
   if (!o.presets) return cands;
+  std::vector<RunConfig> recipes;
   for (const std::string& name : preset_names()) {
     if (name[0] == 'd') continue;
     const RunConfig p = load_config(name);
     if (p.model.vocab_size != 0 && p.model.vocab_size != data.vocab) continue;  // made for another tokenizer
     try {
       cands.push_back(make_candidate(p, true, o, data, be));
+      if (model.has_runs(cands.back().family)) recipes.push_back(p);
     } catch (const Error& e) {  // the overrides do not suit this preset (e.g. its batch schedule)
       if (o.progress) std::fprintf(stderr, "plan: leaving out preset %s: %s\n", name.c_str(), e.what());
     }
   }
+  for (const RunConfig& p : recipes)
+    for (int d = std::max(o.min_depth, p.model.n_layer - o.variant_reach);
+         d <= std::min(o.max_depth, p.model.n_layer + o.variant_reach); ++d) {
+      const RunConfig v = recipe_at_depth(p, d);
+      if (v.model.d_model == p.model.d_model && v.model.n_layer == p.model.n_layer) continue;  // the preset itself
+      try {
+        cands.push_back(make_candidate(v, false, o, data, be));
+        cands.back().variant_of = p.name;
+      } catch (const Error& e) {
+        if (o.progress) std::fprintf(stderr, "plan: leaving out %s: %s\n", v.name.c_str(), e.what());
+      }
+    }
   return cands;
 }
 
-// Which row won and against what: the best preset when a rule depth won, the best rule depth when
-// a preset did.
-std::string choice_text(const std::vector<PlanCandidate>& ranked) {
+const PlanCandidate* find_candidate(const std::vector<PlanCandidate>& cands, const std::string& name) {
+  for (const PlanCandidate& c : cands)
+    if (c.cfg.name == name) return &c;
+  return nullptr;
+}
+
+// Whether a variant's prediction beats its preset's by more than the variant's own error (never
+// when that error is unknown). Other candidates always qualify.
+bool clears_its_preset(const PlanCandidate& c, const std::vector<PlanCandidate>& cands) {
+  if (c.variant_of.empty()) return true;
+  const PlanCandidate* p = find_candidate(cands, c.variant_of);
+  if (!p || !p->fits) return true;
+  return c.predicted_error >= 0 && p->predicted_bpb - c.predicted_bpb > c.predicted_error;
+}
+
+const char* kind_name(const PlanCandidate& c) {
+  return c.preset ? "preset" : c.variant_of.empty() ? "rule depth" : "variant";
+}
+
+// Which row won and against what: the best candidate of another kind (preset, rule depth, variant),
+// and the variants predicted better that did not clear their presets.
+std::string choice_text(const std::vector<PlanCandidate>& ranked, const std::vector<PlanCandidate>& passed) {
   const PlanCandidate& best = ranked.front();
   const PlanCandidate* other = nullptr;
   for (const PlanCandidate& c : ranked)
-    if (c.fits && c.preset != best.preset) {
+    if (c.fits && std::string(kind_name(c)) != kind_name(best)) {
       other = &c;
       break;
     }
-  std::string s = fmt::format("{} {} (family {}): predicted {:.4f} bpb", best.preset ? "preset" : "depth rule",
-                              best.cfg.name, best.family, best.predicted_bpb);
+  std::string s = fmt::format("{} {} (family {}): predicted {:.4f} bpb", kind_name(best), best.cfg.name, best.family,
+                              best.predicted_bpb);
   if (other)
-    s += fmt::format(", against the best {} {} at {:.4f}", other->preset ? "preset" : "rule depth", other->cfg.name,
-                     other->predicted_bpb);
+    s += fmt::format(", against the best {} {} at {:.4f}", kind_name(*other), other->cfg.name, other->predicted_bpb);
+  for (const PlanCandidate& v : passed)
+    s += fmt::format("; passed over {} at {:.4f}: not better than {} by more than its error ({})", v.cfg.name,
+                     v.predicted_bpb, v.variant_of,
+                     v.predicted_error < 0 ? std::string("unknown") : fmt::format("{:.4f}", v.predicted_error));
   if (!best.note.empty()) s += "; caution: " + best.note;
   return s;
 }
 
 }  // namespace
+
+size_t choose_candidate(const std::vector<PlanCandidate>& cands) {
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i].fits && clears_its_preset(cands[i], cands)) return i;
+  return 0;
+}
 
 PlanResult make_plan(const PlanOptions& o) {
   const double t0 = now_seconds();
@@ -198,7 +243,7 @@ PlanResult make_plan(const PlanOptions& o) {
   res.warning = busy_warning(*be);
   if (o.progress && !res.warning.empty()) std::fprintf(stderr, "plan: warning: %s\n", res.warning.c_str());
 
-  std::vector<PlanCandidate> cands = plan_candidates(o, data, *be);
+  std::vector<PlanCandidate> cands = plan_candidates(o, data, res.model, *be);
   auto predict = [&](PlanCandidate& c) {
     c.tokens = c.tokens_per_second * o.budget_seconds;
     c.bytes = c.tokens * data.bytes_per_token;
@@ -220,7 +265,7 @@ PlanResult make_plan(const PlanOptions& o) {
   // then timed themselves, and the ranking uses the measured numbers wherever there are some.
   std::vector<size_t> fitting;
   for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i].fits && !cands[i].preset) fitting.push_back(i);
+    if (cands[i].fits && !cands[i].preset && cands[i].variant_of.empty()) fitting.push_back(i);
   if (fitting.empty()) fail("plan: no candidate d{}..d{} fits the device's memory", o.min_depth, o.max_depth);
   PlanCandidate& ref = cands[fitting[fitting.size() / 2]];
   timed(ref);
@@ -244,14 +289,26 @@ PlanResult make_plan(const PlanOptions& o) {
     timed(cands[i]);
     ++n_timed;
   }
-  // The chosen row is always a timed one: while the best is an estimate, time it and re-rank.
+  // The chosen row is always a timed one, and so is the preset a chosen variant is weighed against:
+  // while either is an estimate, time it and choose again.
+  size_t pick = 0;
   for (;;) {
     std::stable_sort(cands.begin(), cands.end(), better);
-    if (cands.front().measured || !cands.front().fits) break;
-    timed(cands.front());
+    pick = choose_candidate(cands);
+    PlanCandidate& c = cands[pick];
+    if (!c.fits) break;
+    if (!c.measured) {
+      timed(c);
+      continue;
+    }
+    auto p = std::find_if(cands.begin(), cands.end(), [&](const PlanCandidate& x) { return x.cfg.name == c.variant_of; });
+    if (p == cands.end() || p->measured || !p->fits) break;
+    timed(*p);
   }
+  const std::vector<PlanCandidate> passed(cands.begin(), cands.begin() + std::ptrdiff_t(pick));
+  std::rotate(cands.begin(), cands.begin() + std::ptrdiff_t(pick), cands.begin() + std::ptrdiff_t(pick) + 1);
   res.ranked = std::move(cands);
-  res.choice = choice_text(res.ranked);
+  res.choice = choice_text(res.ranked, passed);
   res.plan_seconds = now_seconds() - t0;
   return res;
 }
@@ -263,12 +320,12 @@ std::string format_plan(const PlanResult& r) {
       r.budget_seconds, r.device, r.vocab_size, r.bytes_per_token, r.law.source, r.law.rms,
       100 * r.law.loo_rel_error, r.model.families.size());
   if (!r.warning.empty()) s += "warning: " + r.warning + "\n";
-  s += fmt::format("{:>4} {:<13} {:<26} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:<9} {}\n", "rank", "config",
+  s += fmt::format("{:>4} {:<16} {:<26} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:<9} {}\n", "rank", "config",
                    "family", "matrix M", "tok/s", "tokens M", "pred bpb", "+-loo", "mem GiB", "", "note");
   int k = 0;
   for (const PlanCandidate& c : r.ranked) {
     const std::string err = c.predicted_error < 0 ? "?" : fmt::format("{:.4f}", c.predicted_error);
-    s += fmt::format("{:>4} {:<13} {:<26} {:>8.2f} {:>8.0f} {:>9.2f} {:>8.4f} {:>7} {:>7.2f} {:<9} {}\n", ++k,
+    s += fmt::format("{:>4} {:<16} {:<26} {:>8.2f} {:>8.0f} {:>9.2f} {:>8.4f} {:>7} {:>7.2f} {:<9} {}\n", ++k,
                      c.cfg.name, c.family, c.matrix_params / 1e6, c.tokens_per_second, c.tokens / 1e6,
                      c.predicted_bpb, err, c.memory_bytes / double(1 << 30),
                      !c.fits ? "too big" : c.measured ? "timed" : "estimated", c.note);

@@ -1,6 +1,6 @@
 // The planner behind `clocklm plan` and `train --config auto`: predicts the validation bits per
 // byte a configuration reaches in a device-time budget, and picks the best candidate among the
-// depths of the d<N> rule and the built-in presets. Two pieces of measurement feed it: a scaling
+// depths of the d<N> rule, the built-in presets and those presets' recipes at nearby depths. Two pieces of measurement feed it: a scaling
 // law with a correction per recipe family, fitted to finished runs (exp/scaling_law.h,
 // exp/plan_family.h), and the tokens/s of each candidate timed on this device. The budget then
 // fixes how many bytes each candidate sees, and the law says what bpb that buys.
@@ -24,6 +24,7 @@ struct PlanOptions {
   std::vector<std::string> sets;        // overrides applied to every candidate
   int min_depth = 2, max_depth = 12;    // the d<N> rule's depths searched (depth_config)
   bool presets = true;                  // the built-in presets are candidates too
+  int variant_reach = 2;                // and their recipes at up to this many layers more or fewer
   int measure_top = 3;                  // candidates timed on the device (the rest estimated)
   int threads = 0;                      // 0: default_threads()
   bool progress = true;                 // progress lines on stderr
@@ -31,7 +32,8 @@ struct PlanOptions {
 
 struct PlanCandidate {
   RunConfig cfg;
-  bool preset = false;                  // a built-in preset (else a depth of the d<N> rule)
+  bool preset = false;                  // a built-in preset (else a depth of the d<N> rule or a variant)
+  std::string variant_of;               // the preset whose recipe this is at another depth; empty if none
   std::string family;                   // recipe_family(cfg)
   double predicted_error = -1;          // expected |error| of predicted_bpb (leave-one-out); -1 unknown
   std::string note;                     // why the prediction is weaker: no runs of the family, or beyond them
@@ -46,7 +48,10 @@ struct PlanCandidate {
 struct PlanResult {
   ScalingLaw law;
   RecipeModel model;                  // law plus the families' corrections
-  std::vector<PlanCandidate> ranked;  // best (lowest predicted bpb among those that fit) first
+  // The chosen candidate first, then the rest by predicted bpb (those that fit first). The chosen
+  // one is the best predicted, except that a variant must be predicted better than its preset by
+  // more than its error: its edge over the size the recipe was tuned at rests on the law's size term.
+  std::vector<PlanCandidate> ranked;
   int vocab_size = 0;
   double bytes_per_token = 0, budget_seconds = 0, plan_seconds = 0;
   std::string device;
@@ -56,6 +61,9 @@ struct PlanResult {
 };
 
 PlanResult make_plan(const PlanOptions& o);
+// The index of the chosen candidate in `cands`, sorted by predicted bpb with those that fit first:
+// the first that fits and is not a variant within its error of its preset (0 when none fits).
+size_t choose_candidate(const std::vector<PlanCandidate>& cands);
 // The ranked table as text (one line a candidate).
 std::string format_plan(const PlanResult& r);
 

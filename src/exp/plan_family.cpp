@@ -100,13 +100,14 @@ FamilyFit fit_family(const std::string& name, const ScalingLaw& law, const std::
 constexpr double kReach = 1.5;
 
 std::string range_note(const FamilyFit& f, double n, double d) {
+  std::string s;
   if (d > f.max_bytes * kReach || d < f.min_bytes / kReach)
-    return fmt::format("{:.3g} MB of data is outside its runs' {:.3g}-{:.3g} MB", d / 1e6, f.min_bytes / 1e6,
-                       f.max_bytes / 1e6);
+    s = fmt::format("{:.3g} MB of data is outside its runs' {:.3g}-{:.3g} MB", d / 1e6, f.min_bytes / 1e6,
+                    f.max_bytes / 1e6);
   if (n > f.max_params * kReach || n < f.min_params / kReach)
-    return fmt::format("{:.3g}M matrix params is outside its runs' {:.3g}-{:.3g}M", n / 1e6, f.min_params / 1e6,
-                       f.max_params / 1e6);
-  return "";
+    s += fmt::format("{}{:.3g}M matrix params is outside its runs' {:.3g}-{:.3g}M", s.empty() ? "" : "; ", n / 1e6,
+                     f.min_params / 1e6, f.max_params / 1e6);
+  return s;
 }
 
 }  // namespace
@@ -166,6 +167,12 @@ RecipePrediction RecipeModel::predict(const std::string& family, double n, doubl
   r.error = -1;
   r.note = fmt::format("no runs of this family: the {} curve, uncorrected", base.family);
   return r;
+}
+
+bool RecipeModel::has_runs(const std::string& family) const {
+  for (const FamilyFit& f : families)
+    if (f.family == family && f.points > 0) return true;
+  return false;
 }
 
 nlohmann::json RecipeModel::to_json() const {

@@ -45,6 +45,8 @@ struct RecipeModel {
   FamilyFit base;  // the base family's runs (a = b = 0; its error is the law's leave-one-out)
   std::vector<FamilyFit> families;
   RecipePrediction predict(const std::string& family, double matrix_params, double train_bytes) const;
+  // A family other than the base with a correction fitted to its own runs.
+  bool has_runs(const std::string& family) const;
   nlohmann::json to_json() const;
 };
 
