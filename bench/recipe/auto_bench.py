@@ -3,6 +3,7 @@
 
   auto_bench.py plan --budget S          -> RUNS/plan-S.txt, RUNS/auto-S.json (the planner's pick)
   auto_bench.py throughput --budgets 300,600 --rounds R --steps N -> RUNS/throughput.json
+  auto_bench.py throughput-add --budgets 300,600 [--ref speedrun-10m] -> shapes new to throughput.json
   auto_bench.py train --budget S         -> RUNS/b<S>/<name>/ and a row in RUNS/results.jsonl
   auto_bench.py table                    -> bench/results/auto.md (between the markers), auto.json
 
@@ -74,10 +75,14 @@ def auto_config(budget):
 
 
 def contenders(budget):
-    """(name, config) of every run at this budget; `auto` maps to a preset with the same config."""
+    """(name, config) of every run at this budget; `auto` maps to a preset with the same config.
+    Config files in RUNS/extra/ (e.g. a planner candidate it did not choose) join every budget."""
     out = [(p, p) for p in PRESETS if p != "speedrun-30m" or budget >= 1200]
+    extra = os.path.join(RUNS, "extra")
+    if os.path.isdir(extra):
+        out += [(f[:-5], os.path.join(extra, f)) for f in sorted(os.listdir(extra)) if f.endswith(".json")]
     auto = auto_config(budget)
-    same = [p for p, _ in out if resolved(p) == resolved(auto)]
+    same = [p for p, c in out if resolved(c) == resolved(auto)]
     return out, (same[0] if same else None)
 
 
@@ -126,6 +131,34 @@ def throughput(a):
                               batch_tokens=recipe.batch_tokens(v))
         print(f"{v['name']:14s} p90 {res[v['name']]['p90']:7.0f} tok/s over {len(t)} steps")
     json.dump(res, open(os.path.join(RUNS, "throughput.json"), "w"), indent=1)
+
+
+def throughput_add(a):
+    """Shapes missing from throughput.json (a new plan's pick), measured alternately with a shape
+    already there, `--ref`, whose recorded p90 scales them: the ratio of the two in one run is what
+    holds when the machine's load differs from the first measurement's."""
+    path = os.path.join(RUNS, "throughput.json")
+    res = json.load(open(path))
+    vs = [v for v in shapes([int(x) for x in a.budgets.split(",")]) if v["name"] not in res]
+    if not vs:
+        return
+    ref = variant(a.ref, res[a.ref]["config"])
+    tps = {v["name"]: [] for v in vs + [ref]}
+    for r in range(a.rounds):
+        for v in [ref] + vs:
+            out = os.path.join(RUNS, "tps", f"{v['name']}-add-r{r}")
+            subprocess.run(["rm", "-rf", out])
+            if recipe.run(recipe.train_cmd(v, out, a.steps, 1337, 4096), out) is None:
+                sys.exit(f"auto_bench: throughput run of {v['name']} failed")
+            rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+            tps[v["name"]] += [x["tokens_per_second"] for x in rows if "tokens_per_second" in x and x.get("step", 0) > 1]
+    p90 = {n: sorted(t)[int(0.9 * (len(t) - 1))] for n, t in tps.items()}
+    for v in vs:
+        ratio = p90[v["name"]] / p90[a.ref]
+        res[v["name"]] = dict(p90=res[a.ref]["p90"] * ratio, steps_measured=len(tps[v["name"]]), config=v["config"],
+                              batch_tokens=recipe.batch_tokens(v), scaled_from=a.ref, ratio=ratio)
+        print(f"{v['name']:14s} {ratio:.3f} x {a.ref}'s p90 = {res[v['name']]['p90']:7.0f} tok/s")
+    json.dump(res, open(path, "w"), indent=1)
 
 
 def train(a):
@@ -188,9 +221,13 @@ if __name__ == "__main__":
     x = sub.add_parser("plan"); x.add_argument("--budget", type=int, required=True)
     x = sub.add_parser("throughput"); x.add_argument("--budgets", required=True)
     x.add_argument("--rounds", type=int, default=3); x.add_argument("--steps", type=int, default=8)
+    x = sub.add_parser("throughput-add"); x.add_argument("--budgets", required=True)
+    x.add_argument("--ref", default="speedrun-10m")
+    x.add_argument("--rounds", type=int, default=3); x.add_argument("--steps", type=int, default=8)
     x = sub.add_parser("train"); x.add_argument("--budget", type=int, required=True)
     x.add_argument("--only", default="", help="these contenders only (names, comma-separated)")
     sub.add_parser("table")
     a = p.parse_args()
     os.makedirs(RUNS, exist_ok=True)
-    {"plan": plan, "throughput": throughput, "train": train, "table": table}[a.cmd](a)
+    {"plan": plan, "throughput": throughput, "throughput-add": throughput_add, "train": train,
+     "table": table}[a.cmd](a)

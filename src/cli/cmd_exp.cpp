@@ -214,7 +214,8 @@ static void register_sweep(CLI::App& app) {
 
 static void register_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "plan", "Pick the d<N> shape with the lowest predicted val bpb for a budget on this device");
+      "plan", "Pick the config (a d<N> depth, a preset or a preset's recipe at another depth) with the lowest "
+              "predicted val bpb for a budget on this device");
   struct Opts {
     PlanOptions p;
     std::string budget, out = "plan.json";
@@ -231,6 +232,9 @@ static void register_plan(CLI::App& app) {
   cmd->add_option("--min-depth", o->p.min_depth, "Smallest depth of the d<N> rule searched (default 2)");
   cmd->add_option("--max-depth", o->p.max_depth, "Largest depth searched (default 12)");
   cmd->add_flag("--no-presets{false}", o->p.presets, "Search only the depths of the d<N> rule, not the presets too");
+  cmd->add_option("--variant-reach", o->p.variant_reach,
+                  "Each preset's recipe is also tried this many layers deeper and shallower (default 2; 0: none)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--measure", o->p.measure_top, "Candidates timed on the device (default 3; the rest estimated)");
   cmd->add_option("--threads", o->p.threads, "CPU threads (default: all)");
   cmd->add_option("--out", o->out, "Write the best candidate's config here (default plan.json)");
