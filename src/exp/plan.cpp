@@ -214,6 +214,84 @@ std::string choice_text(const std::vector<PlanCandidate>& ranked, const std::vec
   return s;
 }
 
+// The candidates as they are timed, predicted and ranked.
+struct Ranking {
+  const PlanOptions& o;
+  const PlanData& data;
+  const RecipeModel& model;
+  Backend& be;
+  std::vector<PlanCandidate> cands;
+
+  void predict(PlanCandidate& c) const {
+    c.tokens = c.tokens_per_second * o.budget_seconds;
+    c.bytes = c.tokens * data.bytes_per_token;
+    const RecipePrediction p = model.predict(c.family, c.matrix_params, c.bytes);
+    c.predicted_bpb = p.bpb;
+    c.predicted_error = p.error;
+    c.note = p.note;
+  }
+  // Times `c` on the device; a candidate timed before keeps the faster of its rates.
+  void time(PlanCandidate& c) const {
+    if (o.progress)
+      std::fprintf(stderr, "plan: timing %s (%d x %d) on %s\n", c.cfg.name.c_str(), c.cfg.model.n_layer,
+                   c.cfg.model.d_model, be.name().c_str());
+    const double tps = time_step_tokens_per_second(c.cfg, be, 2);
+    c.tokens_per_second = c.measured ? std::max(c.tokens_per_second, tps) : tps;
+    c.measured = true;
+    predict(c);
+  }
+  // One rule depth near the middle is timed; the others' tokens/s are scaled from it by their FLOPs
+  // per token (the same fraction of the device's rate).
+  void estimate_from_one() {
+    std::vector<size_t> fitting;
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].fits && !cands[i].preset && cands[i].variant_of.empty()) fitting.push_back(i);
+    if (fitting.empty()) fail("plan: no candidate d{}..d{} fits the device's memory", o.min_depth, o.max_depth);
+    PlanCandidate& ref = cands[fitting[fitting.size() / 2]];
+    time(ref);
+    for (PlanCandidate& c : cands)
+      if (!c.measured) {
+        c.tokens_per_second = ref.tokens_per_second * ref.flops_per_token / c.flops_per_token;
+        predict(c);
+      }
+  }
+  static bool better(const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.predicted_bpb < b.predicted_bpb;
+  }
+  // The best few by estimate are timed themselves (`measure_top` timed in all, the reference included).
+  void time_best_estimates() {
+    std::vector<size_t> order(cands.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return better(cands[a], cands[b]); });
+    int n_timed = 1;
+    for (size_t i : order) {
+      if (n_timed >= o.measure_top) break;
+      if (!cands[i].fits || cands[i].measured) continue;
+      time(cands[i]);
+      ++n_timed;
+    }
+  }
+  // Sorts the candidates and returns the chosen one's index. The chosen row is always a timed one,
+  // and so is the preset a chosen variant is weighed against: while either is an estimate, time it
+  // and choose again.
+  size_t choose_timed() {
+    for (;;) {
+      std::stable_sort(cands.begin(), cands.end(), better);
+      const size_t pick = choose_candidate(cands);
+      PlanCandidate& c = cands[pick];
+      if (!c.fits) return pick;
+      if (!c.measured) {
+        time(c);
+        continue;
+      }
+      auto p = std::find_if(cands.begin(), cands.end(), [&](const PlanCandidate& x) { return x.cfg.name == c.variant_of; });
+      if (p == cands.end() || p->measured || !p->fits) return pick;
+      time(*p);
+    }
+  }
+};
+
 }  // namespace
 
 size_t choose_candidate(const std::vector<PlanCandidate>& cands) {
@@ -243,68 +321,18 @@ PlanResult make_plan(const PlanOptions& o) {
   res.warning = busy_warning(*be);
   if (o.progress && !res.warning.empty()) std::fprintf(stderr, "plan: warning: %s\n", res.warning.c_str());
 
-  std::vector<PlanCandidate> cands = plan_candidates(o, data, res.model, *be);
-  auto predict = [&](PlanCandidate& c) {
-    c.tokens = c.tokens_per_second * o.budget_seconds;
-    c.bytes = c.tokens * data.bytes_per_token;
-    const RecipePrediction p = res.model.predict(c.family, c.matrix_params, c.bytes);
-    c.predicted_bpb = p.bpb;
-    c.predicted_error = p.error;
-    c.note = p.note;
-  };
-  auto timed = [&](PlanCandidate& c) {
-    if (o.progress)
-      std::fprintf(stderr, "plan: timing %s (%d x %d) on %s\n", c.cfg.name.c_str(), c.cfg.model.n_layer,
-                   c.cfg.model.d_model, be->name().c_str());
-    c.tokens_per_second = time_step_tokens_per_second(c.cfg, *be, 2);
-    c.measured = true;
-    predict(c);
-  };
-  // One candidate near the middle is timed; the others' tokens/s are first scaled from it by their
-  // FLOPs per token (the same fraction of the device's rate), the best few by that estimate are
-  // then timed themselves, and the ranking uses the measured numbers wherever there are some.
-  std::vector<size_t> fitting;
-  for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i].fits && !cands[i].preset && cands[i].variant_of.empty()) fitting.push_back(i);
-  if (fitting.empty()) fail("plan: no candidate d{}..d{} fits the device's memory", o.min_depth, o.max_depth);
-  PlanCandidate& ref = cands[fitting[fitting.size() / 2]];
-  timed(ref);
-  const double ref_tps = ref.tokens_per_second, ref_flops = ref.flops_per_token;
-  for (PlanCandidate& c : cands)
-    if (!c.measured) {
-      c.tokens_per_second = ref_tps * ref_flops / c.flops_per_token;
-      predict(c);
-    }
-  auto better = [](const PlanCandidate& a, const PlanCandidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.predicted_bpb < b.predicted_bpb;
-  };
-  std::vector<size_t> order(cands.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return better(cands[a], cands[b]); });
-  int n_timed = 1;
-  for (size_t i : order) {
-    if (n_timed >= o.measure_top) break;
-    if (!cands[i].fits || cands[i].measured) continue;
-    timed(cands[i]);
-    ++n_timed;
+  Ranking rk{o, data, res.model, *be, plan_candidates(o, data, res.model, *be)};
+  rk.estimate_from_one();
+  rk.time_best_estimates();
+  size_t pick = rk.choose_timed();
+  // Other work on the device slows whichever candidate is being timed at that moment: each timed
+  // candidate is timed again, in turn, keeping its faster rate, and the choice is made again.
+  for (int round = 0; round < o.retime_rounds; ++round) {
+    for (PlanCandidate& c : rk.cands)
+      if (c.measured) rk.time(c);
+    pick = rk.choose_timed();
   }
-  // The chosen row is always a timed one, and so is the preset a chosen variant is weighed against:
-  // while either is an estimate, time it and choose again.
-  size_t pick = 0;
-  for (;;) {
-    std::stable_sort(cands.begin(), cands.end(), better);
-    pick = choose_candidate(cands);
-    PlanCandidate& c = cands[pick];
-    if (!c.fits) break;
-    if (!c.measured) {
-      timed(c);
-      continue;
-    }
-    auto p = std::find_if(cands.begin(), cands.end(), [&](const PlanCandidate& x) { return x.cfg.name == c.variant_of; });
-    if (p == cands.end() || p->measured || !p->fits) break;
-    timed(*p);
-  }
+  std::vector<PlanCandidate>& cands = rk.cands;
   const std::vector<PlanCandidate> passed(cands.begin(), cands.begin() + std::ptrdiff_t(pick));
   std::rotate(cands.begin(), cands.begin() + std::ptrdiff_t(pick), cands.begin() + std::ptrdiff_t(pick) + 1);
   res.ranked = std::move(cands);

@@ -26,6 +26,7 @@ struct PlanOptions {
   bool presets = true;                  // the built-in presets are candidates too
   int variant_reach = 2;                // and their recipes at up to this many layers more or fewer
   int measure_top = 3;                  // candidates timed on the device (the rest estimated)
+  int retime_rounds = 1;                // then each timed one is timed again this often, the faster kept
   int threads = 0;                      // 0: default_threads()
   bool progress = true;                 // progress lines on stderr
 };
