@@ -502,11 +502,16 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
     float mx = capped ? cap : -INFINITY;
     float sum = 0;
     if (capped && cap <= 40.0f) {
+      // tanh(u) = m q and tanh(u) - 1 = -2 q with m = e^{2u} - 1, q = 1 / (m + 2): one division
+      // gives both s = cap m q and s - cap = -2 cap q, which lies in [-2 cap, 0], so its exp
+      // needs no clamping.
+      const float m2cap = -2.0f * cap;
 #pragma omp simd reduction(+ : sum)
       for (int j = 0; j < V; ++j) {
-        const float sj = cap * vtanh(z[j] * inv);
-        z[j] = sj;
-        sum += vexp(sj - cap);
+        const float m = vtanh_expm1(z[j] * inv);
+        const float q = 1.0f / (m + 2.0f);
+        z[j] = cap * (m * q);
+        sum += vexp_in_range(m2cap * q);
       }
     } else {
       if (capped) {
@@ -517,7 +522,7 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
 #pragma omp simd reduction(max : mx)
       for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += vexp(z[j] - mx);
+      for (int j = 0; j < V; ++j) sum += vexp_nonpositive(z[j] - mx);
     }
     if (argmax) {
       float best = -INFINITY;
@@ -538,7 +543,7 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
 #pragma omp simd
     for (int j = 0; j < V; ++j) {
       float s = z[j];
-      float ds = vexp(s - lse) * grad_scale;
+      float ds = vexp_nonpositive(s - lse) * grad_scale;  // lse >= s up to rounding
       z[j] = capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
     }
     for (int j = V; j < Vp; ++j) z[j] = 0.0f;
