@@ -2,7 +2,9 @@
 // (AVX-512 variant of backend/cpu/vmath.h), each in the kernel's form and in the earlier form kept
 // here for comparison ("old": tanh as sign(x) (1 - 2/(e^{2|x|} + 1)) with a Taylor branch near 0,
 // exp(s - cap) as a second clamped exp, exp rounded with rint and a float-to-int conversion).
-// Passes: softcap + exp-sum, softcap alone, exp-sum alone. ROWS 16 keeps the rows in L2; 512
+// Passes: softcap + exp-sum, softcap alone, exp-sum alone, and for the gradient the old second
+// exp pass over s against the kernel's weights pass (softcap + exp-sum storing e^{s-cap} q (1-q))
+// plus its scaling pass. ROWS 16 keeps the rows in L2; 512
 // (16 MB) reads them from L3/memory, as the kernel does for a micro-batch's logits. Best of 7
 // repetitions, one thread, ns per logit.
 //
@@ -70,6 +72,30 @@ float pass1(float* z, int V, float cap) {  // as softcap_xent
   }
   return sum;
 }
+float pass1_weights(float* z, int V, float cap) {  // as softcap_xent with a gradient
+  const float inv = 1.0f / cap, m2cap = -2.0f * cap; float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; ++j) {
+    const float m = vtanh_expm1(z[j] * inv);
+    const float q = 1.0f / (m + 2.0f);
+    const float p = vexp_in_range(m2cap * q);
+    z[j] = p * (q * (1.0f - q));
+    sum += p;
+  }
+  const float scale = 0.37f / sum;
+#pragma omp simd
+  for (int j = 0; j < V; ++j) z[j] *= scale;
+  return sum;
+}
+float old_grad(float* z, int V, float cap) {  // the gradient pass over s after old_pass1
+  const float inv = 1.0f / cap, lse = cap + 1.0f;
+#pragma omp simd
+  for (int j = 0; j < V; ++j) {
+    const float s = z[j], ds = old_vexp(s - lse) * 0.37f;
+    z[j] = ds * (1.0f - (s * inv) * (s * inv));
+  }
+  return 0;
+}
 float tanh_only(float* z, int V, float cap) {
   const float inv = 1.0f / cap;
 #pragma omp simd
@@ -90,6 +116,8 @@ int main(int argc, char** argv) {
   using namespace clm::isa_avx512;
   time("old pass1", [&](float* p) { return old_pass1(p, V, 15.0f); });
   time("pass1", [&](float* p) { return pass1(p, V, 15.0f); });
+  time("old pass1+grad", [&](float* p) { return old_pass1(p, V, 15.0f) + old_grad(p, V, 15.0f); });
+  time("pass1 weights", [&](float* p) { return pass1_weights(p, V, 15.0f); });
   time("old tanh only", [&](float* p) { return old_tanh_only(p, V, 15.0f); });
   time("tanh only", [&](float* p) { return tanh_only(p, V, 15.0f); });
   time("old exp only", [&](float* p) { return old_exp(p, V, 15.0f); });
