@@ -1,5 +1,5 @@
 // The passes of the CPU softcap + cross-entropy kernel over rows of 8192 logits, timed one by one
-// (AVX-512 variant of backend/cpu/vmath.h), each in the kernel's form and in the earlier form kept
+// (AVX-512 variant of backend/cpu/vmath.h; -DCLM_ISA=1 for AVX2, 0 for generic), each in the kernel's form and in the earlier form kept
 // here for comparison ("old": tanh as sign(x) (1 - 2/(e^{2|x|} + 1)) with a Taylor branch near 0,
 // exp(s - cap) as a second clamped exp, exp rounded with rint and a float-to-int conversion).
 // Passes: softcap + exp-sum, softcap alone, exp-sum alone, and for the gradient the old second
@@ -10,7 +10,9 @@
 //
 //   g++ -O3 -std=c++20 -fopenmp -Isrc bench/micro/softcap_passes.cpp -o /tmp/softcap_passes
 //   /tmp/softcap_passes 16; /tmp/softcap_passes 512
+#ifndef CLM_ISA
 #define CLM_ISA CLM_ISA_AVX512
+#endif
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -113,7 +115,7 @@ int main(int argc, char** argv) {
   const int N = argc > 1 ? atoi(argv[1]) : 512, V = 8192; std::vector<float> z(size_t(N) * V), z0(z.size());
   std::mt19937 r(1); std::normal_distribution<float> d(0, 3); for (auto& x : z0) x = d(r);
   auto time = [&](const char* name, auto f) { double best = 1e9; for (int rep = 0; rep < 7; ++rep) { z = z0; auto t0 = std::chrono::steady_clock::now(); float s = 0; for (int n = 0; n < N; ++n) s += f(z.data() + size_t(n) * V); double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); best = std::min(best, t); if (s == 12345) std::puts(""); } std::printf("%-16s %.2f ns/logit\n", name, best * 1e9 / (double(N) * V)); };
-  using namespace clm::isa_avx512;
+  using namespace clm::CLM_ISA_NS;
   time("old pass1", [&](float* p) { return old_pass1(p, V, 15.0f); });
   time("pass1", [&](float* p) { return pass1(p, V, 15.0f); });
   time("old pass1+grad", [&](float* p) { return old_pass1(p, V, 15.0f) + old_grad(p, V, 15.0f); });

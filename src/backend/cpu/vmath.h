@@ -5,8 +5,6 @@
 // (tests/test_vmath.cpp and test_cpu_isa.cpp check sweeps): vexp within 9e-8 relative over
 // [-87.3, 88.3], vexpm1 within 1.3e-7 relative, vtanh within 1.5e-7 absolute and 2e-7 relative.
 //
-// Clamps are written as `x < lo ? lo : x` on the input only: GCC turns them into a compare and a
-// masked select; the results of clamped lanes are not special-cased anywhere else.
 #pragma once
 #include <cstdint>
 
@@ -46,7 +44,13 @@ inline float vexp_in_range(float x) {
 }
 
 // e^x for x <= 88.3, such as a log-probability: e^-87.3 (a normal float, ~1e-38) below -87.3.
-inline float vexp_nonpositive(float x) { return vexp_in_range(x < -87.3f ? -87.3f : x); }
+// The clamp is an unsigned minimum on the bits (negative floats order by magnitude above all
+// positive ones), which every variant vectorises (see vtanh_expm1).
+inline float vexp_nonpositive(float x) {
+  const uint32_t bits = __builtin_bit_cast(uint32_t, x), lo = 0xC2AE999Au;  // -87.3f
+  const float c = __builtin_bit_cast(float, bits < lo ? bits : lo);
+  return vexp_in_range(x == x ? c : x);  // a NaN stays NaN
+}
 
 // e^x, clamped to [e^-87.3, e^88.3] outside the range of normal floats.
 inline float vexp(float x) {
@@ -61,10 +65,15 @@ inline float vexpm1_in_range(float x) {
 }
 
 // tanh(x) = m / (m + 2) with m = e^{2x} - 1: one expm1 and one division, accurate relative to
-// tanh near 0 and without a sign split. |x| is clamped to 9, where tanh rounds to +-1 in float.
+// tanh near 0 and without a sign split. |x| is clamped to 9, where tanh rounds to +-1 in float, by
+// an integer minimum on the magnitude's bits: float selects against constants let GCC fold the
+// clamped lanes' whole result into a constant on a separate branch, which the AVX2 and generic
+// variants then fail to vectorise ("control flow in loop").
 inline float vtanh_expm1(float x) {
-  const float lo = x < -9.0f ? -9.0f : x;
-  return vexpm1_in_range(2.0f * (x > 9.0f ? 9.0f : lo));
+  const int32_t bits = __builtin_bit_cast(int32_t, x);
+  const int32_t mag = bits & 0x7fffffff, nine = 0x41100000;  // 9.0f
+  const float c = __builtin_bit_cast(float, (mag < nine ? mag : nine) | (bits & INT32_MIN));
+  return vexpm1_in_range(2.0f * (x == x ? c : x));  // a NaN stays NaN
 }
 inline float vtanh(float x) {
   const float m = vtanh_expm1(x);
