@@ -54,8 +54,10 @@ inline float vexp_nonpositive(float x) {
 
 // e^x, clamped to [e^-87.3, e^88.3] outside the range of normal floats.
 inline float vexp(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  return vexp_in_range(x > 88.3f ? 88.3f : x);
+  const int32_t bits = __builtin_bit_cast(int32_t, x), hi = 0x42B0999A;  // 88.3f
+  const uint32_t below = uint32_t(bits < hi ? bits : hi), lo = 0xC2AE999Au;  // -87.3f
+  const float c = __builtin_bit_cast(float, below < lo ? below : lo);
+  return vexp_in_range(x == x ? c : x);  // a NaN stays NaN
 }
 
 // e^x - 1 for x in [-87.3, 88.3]: 2^k (e^r - 1) + (2^k - 1), exact to a few ulp near 0.
