@@ -560,7 +560,7 @@ static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, bool want_
     std::memset(z, 0, sizeof(float) * Vp);
     return 0.0f;
   }
-  for (int j = V; j < Vp && want_grad; ++j) z[j] = 0.0f;
+  if (want_grad) std::fill(z + V, z + Vp, 0.0f);
   // The log-sum-exp is shifted by a bound on the row: with a cap every s lies in [-cap, cap], so
   // cap itself serves and one pass does the softcap and the exp-sum (terms of at least e^(-2 cap)
   // stay normal floats for any cap up to 40).

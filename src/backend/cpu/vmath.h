@@ -4,7 +4,6 @@
 // kernel_isa.h). NaN inputs give NaN. Accuracy against float64 over every float in range
 // (tests/test_vmath.cpp and test_cpu_isa.cpp check sweeps): vexp within 9e-8 relative over
 // [-87.3, 88.3], vexpm1 within 1.3e-7 relative, vtanh within 1.5e-7 absolute and 2e-7 relative.
-//
 #pragma once
 #include <cstdint>
 
