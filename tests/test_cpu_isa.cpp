@@ -484,6 +484,33 @@ TEST(CpuIsa, SoftcapCrossEntropyMatchesGeneric) {
 }
 
 // -------------------------------------------------------------------------------------------------
+TEST(CpuIsa, TanhAgainstFloat64InEveryVariant) {
+  // vtanh through softcap_fwd with cap 1 (s = tanh(z) exactly as computed), every 61st float in
+  // [-12, 12]: 2e-7 absolute and 3e-7 relative (tests/test_vmath.cpp: the generic code alone).
+  VecF x;
+  for (uint32_t u = 0; u <= 0x41400000u; u += 61) {  // 0x41400000 = 12.0f
+    float v;
+    std::memcpy(&v, &u, 4);
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  VecD ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = std::tanh(double(x[i]));
+  for_each_isa([&](const std::string& isa) {
+    VecF t = x;
+    softcap_fwd(t.data(), int64_t(t.size()), 1.0f);
+    double worst_abs = 0, worst_rel = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      const double e = std::abs(t[i] - ref[i]);
+      const double re = ref[i] != 0 ? e / std::abs(ref[i]) : e;
+      if (!(e <= worst_abs)) worst_abs = e;  // a NaN counts as the worst
+      if (!(re <= worst_rel)) worst_rel = re;
+    }
+    EXPECT_LE(worst_abs, 2e-7) << isa;
+    EXPECT_LE(worst_rel, 3e-7) << isa;
+  });
+}
+
 TEST(CpuIsa, Bf16ConversionsAreBitIdenticalInEveryVariant) {
   // Special values, every denormal class, ties, and random bit patterns; n > 32768 and not a
   // multiple of 16 so the threaded path and the tail both run. Reference: the scalar conversion.

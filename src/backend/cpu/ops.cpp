@@ -486,66 +486,115 @@ void softcap_fwd(float* z, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) z[i] = cap * vtanh(z[i] * inv);
 }
 
+// s = cap tanh(u), u = z / cap, from m = e^{2u} - 1 and q = 1 / (m + 2): tanh(u) = m q and
+// tanh(u) - 1 = -2 q, so s - cap = -2 cap q comes without subtracting nearly equal values and lies
+// in [-2 cap, 0] (its exp needs no clamping for cap <= 40), and 1 - tanh(u)^2 = 4 q (1 - q).
+struct Softcapped {
+  float s, q;
+};
+inline Softcapped softcap_parts(float z, float inv, float cap) {
+  const float m = vtanh_expm1(z * inv);
+  const float q = 1.0f / (m + 2.0f);
+  return {cap * (m * q), q};
+}
+
+// First index of the row's maximum.
+static int row_argmax(const float* z, int V) {
+  float best = -INFINITY;
+#pragma omp simd reduction(max : best)
+  for (int j = 0; j < V; ++j) best = std::max(best, z[j]);
+  int am = 0;
+  while (am < V - 1 && z[am] != best) ++am;
+  return am;
+}
+
+// One pass over a capped row (cap <= 40): returns sum_j e^{s_j - cap}. kWeights: z_j becomes
+// e^{s_j - cap} q_j (1 - q_j), the gradient up to a factor per row; else z_j becomes s_j.
+template <bool kWeights>
+static float softcap_expsum(float* z, int V, float cap) {
+  const float inv = 1.0f / cap, m2cap = -2.0f * cap;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; ++j) {
+    const Softcapped c = softcap_parts(z[j], inv, cap);
+    const float p = vexp_in_range(m2cap * c.q);
+    z[j] = kWeights ? p * (c.q * (1.0f - c.q)) : c.s;
+    sum += p;
+  }
+  return sum;
+}
+
+// Rows uncapped, or capped above 40: s in place, then the log-sum-exp shifted by the row maximum.
+// Returns the log-sum-exp.
+static float plain_lse(float* z, int V, float cap) {
+  if (cap > 0) {
+    const float inv = 1.0f / cap;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) z[j] = cap * vtanh(z[j] * inv);
+  }
+  float mx = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; ++j) sum += vexp_nonpositive(z[j] - mx);
+  return mx + std::log(sum);
+}
+
+// Gradient of grad_scale * loss over a row that holds s: softmax(s) (1 - (s/cap)^2) grad_scale,
+// minus the one-hot term grad_scale (1 - (s_t/cap)^2) at the target.
+static void plain_grad(float* z, int V, float cap, float lse, int32_t tg, float st, float gs) {
+  const bool capped = cap > 0;
+  const float inv = capped ? 1.0f / cap : 0.0f;
+#pragma omp simd
+  for (int j = 0; j < V; ++j) {
+    const float s = z[j];
+    const float ds = vexp_nonpositive(s - lse) * gs;  // lse >= s up to rounding
+    z[j] = capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
+  }
+  z[tg] -= gs * (capped ? (1.0f - (st * inv) * (st * inv)) : 1.0f);
+}
+
+// Loss of row z (0 for an ignored target); with want_grad, z becomes the row's gradient.
+static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, bool want_grad, float gs) {
+  if (want_grad && tg < 0) {
+    std::memset(z, 0, sizeof(float) * Vp);
+    return 0.0f;
+  }
+  if (want_grad) std::fill(z + V, z + Vp, 0.0f);
+  // The log-sum-exp is shifted by a bound on the row: with a cap every s lies in [-cap, cap], so
+  // cap itself serves and one pass does the softcap and the exp-sum (terms of at least e^(-2 cap)
+  // stay normal floats for any cap up to 40).
+  if (cap > 0 && cap <= 40.0f) {
+    const float inv = 1.0f / cap;
+    const Softcapped t = tg >= 0 ? softcap_parts(z[tg], inv, cap) : Softcapped{0.0f, 0.0f};
+    if (!want_grad) {
+      const float lse = cap + std::log(softcap_expsum<false>(z, V, cap));
+      return tg >= 0 ? lse - t.s : 0.0f;
+    }
+    // softmax_j (1 - tanh_j^2) = e^{s_j - cap} / sum * 4 q_j (1 - q_j)
+    const float sum = softcap_expsum<true>(z, V, cap);
+    const float scale = 4.0f * gs / sum;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) z[j] *= scale;
+    z[tg] -= 4.0f * gs * (t.q * (1.0f - t.q));
+    return cap + std::log(sum) - t.s;
+  }
+  const float lse = plain_lse(z, V, cap);
+  const float st = tg >= 0 ? z[tg] : 0.0f;
+  if (want_grad) plain_grad(z, V, cap, lse, tg, st, gs);
+  return tg >= 0 ? lse - st : 0.0f;
+}
+
 double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale) {
   std::vector<float> own_loss(loss ? 0 : N);
   float* L = loss ? loss : own_loss.data();
-  const bool capped = cap > 0;
-  const float inv = capped ? 1.0f / cap : 0.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* z = logits + n * Vp;
-    // The log-sum-exp is shifted by a bound on the row: with a cap every s lies in [-cap, cap], so
-    // cap itself serves and the softcap and the exp-sum share one pass over the row (terms of at
-    // least e^(-2 cap) stay normal floats for any cap up to 40); uncapped, the row's maximum is
-    // found first.
-    float mx = capped ? cap : -INFINITY;
-    float sum = 0;
-    if (capped && cap <= 40.0f) {
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) {
-        const float sj = cap * vtanh(z[j] * inv);
-        z[j] = sj;
-        sum += vexp(sj - cap);
-      }
-    } else {
-      if (capped) {
-#pragma omp simd
-        for (int j = 0; j < V; ++j) z[j] = cap * vtanh(z[j] * inv);  // z now holds s
-      }
-      mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
-#pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += vexp(z[j] - mx);
-    }
-    if (argmax) {
-      float best = -INFINITY;
-#pragma omp simd reduction(max : best)
-      for (int j = 0; j < V; ++j) best = std::max(best, z[j]);
-      int am = 0;
-      while (am < V - 1 && z[am] != best) ++am;  // first index of the maximum
-      argmax[n] = am;
-    }
-    float lse = mx + std::log(sum);
-    int32_t tg = targets ? targets[n] : -1;
-    L[n] = tg >= 0 ? lse - z[tg] : 0.0f;
-    if (!want_grad) continue;
-    if (tg < 0) {
-      std::memset(z, 0, sizeof(float) * Vp);
-      continue;
-    }
-#pragma omp simd
-    for (int j = 0; j < V; ++j) {
-      float s = z[j];
-      float ds = vexp(s - lse) * grad_scale;
-      z[j] = capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
-    }
-    for (int j = V; j < Vp; ++j) z[j] = 0.0f;
-    // The one-hot term d(-s_t)/dz_t = -(1 - (s_t/cap)^2). s_t was overwritten above; it equals
-    // lse - loss.
-    float st = lse - L[n];
-    z[tg] -= grad_scale * (capped ? (1.0f - (st * inv) * (st * inv)) : 1.0f);
+    // The softcap is increasing, so the argmax of the raw logits is that of s.
+    if (argmax) argmax[n] = row_argmax(z, V);
+    L[n] = xent_row(z, V, Vp, cap, targets ? targets[n] : -1, want_grad, grad_scale);
   }
   double total = 0;
   for (int64_t n = 0; n < N; ++n)
