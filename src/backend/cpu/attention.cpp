@@ -126,6 +126,14 @@ void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const fl
   }
 }
 
+// v where `keep`, else +0, as a bit mask rather than a select: with `keep ? f(x) : 0` GCC branches
+// around f, and the AVX2 and generic variants then leave the loop scalar ("control flow in loop").
+// A NaN or infinity in a masked lane becomes 0 too.
+inline float keep_if(float v, bool keep) {
+  const uint32_t mask = 0u - uint32_t(keep);
+  return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, v) & mask);
+}
+
 // max(row[lo:lim)), -inf when lim <= lo; 0 <= lo, lim <= KT. Vectorised, since max is exact in any
 // order (a scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With
 // AVX-512 the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole
@@ -224,7 +232,7 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
             for (int c = 0; c < KT; ++c) {
-              float p = c < lim && c >= lo ? vexp(sr[c] - mx) : 0.0f;
+              const float p = keep_if(vexp(sr[c] - mx), c >= lo && c < lim);
               sr[c] = p;
               sum += p;
             }
@@ -300,7 +308,7 @@ void attention_bwd(const float* q, const float* k, const float* v, const float* 
               float* dsr = ds.data() + r * KT;
 #pragma omp simd
               for (int c = 0; c < KT; ++c) {
-                float pv = c < lim && c >= lo ? vexp(pr[c] - lt) : 0.0f;
+                const float pv = keep_if(vexp(pr[c] - lt), c >= lo && c < lim);
                 pr[c] = pv;
                 dsr[c] = pv * (dsr[c] - Dt) * scale;  // dS w.r.t. the unscaled q.k
               }
