@@ -126,14 +126,6 @@ void bcast_fma(float* out, int ldo, const float* A, int a_sm, int a_sk, const fl
   }
 }
 
-// v where `keep`, else +0, as a bit mask rather than a select: with `keep ? f(x) : 0` GCC branches
-// around f, and the AVX2 and generic variants then leave the loop scalar ("control flow in loop").
-// A NaN or infinity in a masked lane becomes 0 too.
-inline float keep_if(float v, bool keep) {
-  const uint32_t mask = 0u - uint32_t(keep);
-  return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, v) & mask);
-}
-
 // max(row[lo:lim)), -inf when lim <= lo; 0 <= lo, lim <= KT. Vectorised, since max is exact in any
 // order (a scalar loop here was a serial chain of maxss that cost ~a quarter of the forward). With
 // AVX-512 the loads are masked to the visible keys, 16 at a time; elsewhere vectors over the whole

@@ -343,7 +343,7 @@ template <typename OutT>
 static void relu2_fwd_t(const float* x, OutT* y, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    float r = x[i] > 0 ? x[i] : 0.0f;
+    const float r = keep_if(x[i], x[i] > 0);
     put(y + i, r * r);
   }
 }
@@ -351,7 +351,7 @@ static void relu2_fwd_t(const float* x, OutT* y, int64_t n) {
 template <typename OutT>
 static void relu2_bwd_t(const float* x, const float* dy, OutT* dx, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) put(dx + i, x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f);
+  for (int64_t i = 0; i < n; ++i) put(dx + i, keep_if(2.0f * x[i] * dy[i], x[i] > 0));
 }
 
 static constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)

@@ -81,4 +81,12 @@ inline float vtanh(float x) {
   return m / (m + 2.0f);
 }
 
+// v where `keep`, else +0, as a bit mask rather than a select: with `keep ? f(x) : 0` GCC branches
+// around f, and the AVX2 and generic variants then leave the loop scalar ("control flow in loop").
+// A NaN or infinity in a masked lane becomes 0 too.
+inline float keep_if(float v, bool keep) {
+  const uint32_t mask = 0u - uint32_t(keep);
+  return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, v) & mask);
+}
+
 CLM_ISA_END
