@@ -112,24 +112,34 @@ def shapes(budgets):
     return out
 
 
-def throughput(a):
-    vs = shapes([int(x) for x in a.budgets.split(",")])
+def alternate_tps(vs, rounds, steps, tag=""):
+    """Per-step tokens/s of each shape over `rounds` rounds of short runs, the shapes alternating."""
     tps = {v["name"]: [] for v in vs}
-    for r in range(a.rounds):
+    for r in range(rounds):
         for v in vs:
-            out = os.path.join(RUNS, "tps", f"{v['name']}-r{r}")
+            out = os.path.join(RUNS, "tps", f"{v['name']}{tag}-r{r}")
             subprocess.run(["rm", "-rf", out])
-            if recipe.run(recipe.train_cmd(v, out, a.steps, 1337, 4096), out) is None:
+            if recipe.run(recipe.train_cmd(v, out, steps, 1337, 4096), out) is None:
                 sys.exit(f"auto_bench: throughput run of {v['name']} failed")
             rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
             tps[v["name"]] += [x["tokens_per_second"] for x in rows if "tokens_per_second" in x and x.get("step", 0) > 1]
             print(f"round {r} {v['name']:14s} load {os.getloadavg()[0]:.2f}", flush=True)
+    return tps
+
+
+def p90(t):
+    t = sorted(t)
+    return t[int(0.9 * (len(t) - 1))]
+
+
+def throughput(a):
+    vs = shapes([int(x) for x in a.budgets.split(",")])
+    tps = alternate_tps(vs, a.rounds, a.steps)
     res = {}
     for v in vs:
-        t = sorted(tps[v["name"]])
-        res[v["name"]] = dict(p90=t[int(0.9 * (len(t) - 1))], steps_measured=len(t), config=v["config"],
+        res[v["name"]] = dict(p90=p90(tps[v["name"]]), steps_measured=len(tps[v["name"]]), config=v["config"],
                               batch_tokens=recipe.batch_tokens(v))
-        print(f"{v['name']:14s} p90 {res[v['name']]['p90']:7.0f} tok/s over {len(t)} steps")
+        print(f"{v['name']:14s} p90 {res[v['name']]['p90']:7.0f} tok/s over {len(tps[v['name']])} steps")
     json.dump(res, open(os.path.join(RUNS, "throughput.json"), "w"), indent=1)
 
 
@@ -142,19 +152,9 @@ def throughput_add(a):
     vs = [v for v in shapes([int(x) for x in a.budgets.split(",")]) if v["name"] not in res]
     if not vs:
         return
-    ref = variant(a.ref, res[a.ref]["config"])
-    tps = {v["name"]: [] for v in vs + [ref]}
-    for r in range(a.rounds):
-        for v in [ref] + vs:
-            out = os.path.join(RUNS, "tps", f"{v['name']}-add-r{r}")
-            subprocess.run(["rm", "-rf", out])
-            if recipe.run(recipe.train_cmd(v, out, a.steps, 1337, 4096), out) is None:
-                sys.exit(f"auto_bench: throughput run of {v['name']} failed")
-            rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
-            tps[v["name"]] += [x["tokens_per_second"] for x in rows if "tokens_per_second" in x and x.get("step", 0) > 1]
-    p90 = {n: sorted(t)[int(0.9 * (len(t) - 1))] for n, t in tps.items()}
+    tps = alternate_tps([variant(a.ref, res[a.ref]["config"])] + vs, a.rounds, a.steps, "-add")
     for v in vs:
-        ratio = p90[v["name"]] / p90[a.ref]
+        ratio = p90(tps[v["name"]]) / p90(tps[a.ref])
         res[v["name"]] = dict(p90=res[a.ref]["p90"] * ratio, steps_measured=len(tps[v["name"]]), config=v["config"],
                               batch_tokens=recipe.batch_tokens(v), scaled_from=a.ref, ratio=ratio)
         print(f"{v['name']:14s} {ratio:.3f} x {a.ref}'s p90 = {res[v['name']]['p90']:7.0f} tok/s")
