@@ -34,7 +34,7 @@ ScalingLaw known_law() {
 std::vector<LawPoint> points_of(const ScalingLaw& l) {
   std::vector<LawPoint> pts;
   for (double n : {0.5e6, 1e6, 2e6, 5e6, 12e6})
-    for (double d : {2e6, 8e6, 30e6, 100e6}) pts.push_back({"p", n, d, l.predict(n, d)});
+    for (double d : {2e6, 8e6, 30e6, 100e6}) pts.push_back({"p", n, d, l.predict(n, d), ""});
   return pts;
 }
 
@@ -146,7 +146,7 @@ TEST(ExpPlan, RunsAreReadAsLawPoints) {
   const std::string pts_file = root + "/points.jsonl";
   {
     std::ofstream f(pts_file);
-    f << law_point_json(LawPoint{"elsewhere/d2", 4e5, 9e6, 1.9}).dump() << "\n\n"
+    f << law_point_json(LawPoint{"elsewhere/d2", 4e5, 9e6, 1.9, ""}).dump() << "\n\n"
       << R"({"matrix_params": 3e6, "train_bytes": 2e7, "bpb": 1.7})" << "\n";
   }
   const std::vector<LawPoint> more = law_points_from_runs({root, pts_file});
