@@ -488,3 +488,31 @@ TEST(ExpPlan, AVariantMustBeatItsPresetByMoreThanItsError) {
                               cand("d3", 1.797, 0.02, "", false), sr}),
             2u);
 }
+
+TEST(ExpPlan, APresetMadeForTheBudgetIsBeatenOnlyByMoreThanTheError) {
+  auto cand = [](const char* name, double bpb, double err, bool preset, double made_for) {
+    PlanCandidate c;
+    c.cfg.name = name;
+    c.cfg.train.budget_seconds = 1800;
+    c.predicted_bpb = bpb;
+    c.predicted_error = err;
+    c.preset = preset;
+    c.made_for_seconds = made_for;
+    return c;
+  };
+  const PlanCandidate sr30 = cand("sr30", 1.58, 0.04, true, 1800), d4 = cand("d4", 1.70, 0.02, false, 0);
+  // Another preset (made for 600 s) predicted better by less than its error: the one made for 1800 s.
+  EXPECT_EQ(choose_candidate({cand("sr10", 1.57, 0.03, true, 600), sr30, d4}), 1u);
+  // By more than its error: the other preset; a rule depth likewise.
+  EXPECT_EQ(choose_candidate({cand("sr10", 1.54, 0.03, true, 600), sr30, d4}), 0u);
+  EXPECT_EQ(choose_candidate({cand("d3", 1.57, 0.02, false, 0), sr30, d4}), 1u);
+  EXPECT_EQ(choose_candidate({cand("d3", 1.55, 0.02, false, 0), sr30, d4}), 0u);
+  // A preset made for 600 s is not the one made for 1800 s (beyond a factor of 1.25): prediction alone.
+  PlanCandidate sr10 = cand("sr10", 1.60, 0.03, true, 600);
+  EXPECT_EQ(choose_candidate({cand("d3", 1.59, 0.02, false, 0), sr10, d4}), 0u);
+  // One made for 1500 s is (within 1.25x); one that does not fit the device is not.
+  PlanCandidate near = cand("sr25", 1.60, 0.04, true, 1500);
+  EXPECT_EQ(choose_candidate({cand("d3", 1.59, 0.02, false, 0), near, d4}), 1u);
+  near.fits = false;
+  EXPECT_EQ(choose_candidate({cand("d3", 1.59, 0.02, false, 0), near, d4}), 0u);
+}

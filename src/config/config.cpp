@@ -421,6 +421,13 @@ std::vector<std::string> preset_names() {
   return v;
 }
 
+double preset_made_for_seconds(const std::string& name) {
+  if (name != "speedrun-10m" && name != "speedrun-30m" && name != "server-4h") return 0;
+  RunConfig c;
+  find_preset(name, c);
+  return c.train.budget_seconds;
+}
+
 nlohmann::json to_json(const RunConfig& cfg) {
   RunConfig c = cfg;
   nlohmann::json j = nlohmann::json::object();

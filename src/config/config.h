@@ -82,6 +82,9 @@ void validate(const RunConfig& cfg);  // throws Error with a one-line message
 nlohmann::json to_json(const RunConfig& cfg);
 RunConfig run_config_from_json(const nlohmann::json& j);  // strict: unknown keys throw
 std::vector<std::string> preset_names();
+// The budget a preset was made for (its recipe chosen at that budget: its train.budget_seconds), or
+// 0 for presets whose budget is only the default (baseline-50m, byte-11m, the d<N> rule).
+double preset_made_for_seconds(const std::string& name);
 // The d<N> rule for any depth (the presets d4..d20 are the named members): n_layer = N, width 64·N,
 // the batch and AdamW learning rates scaled with it (docs/CONFIG.md); vocab_size 0. Used by the
 // planner, which also searches depths below d4.

@@ -91,6 +91,7 @@ nlohmann::json PlanResult::to_json() const {
                     {"predicted_error", c.predicted_error},
                     {"preset", c.preset},
                     {"variant_of", c.variant_of},
+                    {"made_for_seconds", c.made_for_seconds},
                     {"family", c.family},
                     {"note", c.note},
                     {"memory_bytes", c.memory_bytes},
@@ -153,6 +154,7 @@ std::vector<PlanCandidate> plan_candidates(const PlanOptions& o, const PlanData&
     if (p.model.vocab_size != 0 && p.model.vocab_size != data.vocab) continue;  // made for another tokenizer
     try {
       cands.push_back(make_candidate(p, true, o, data, be));
+      cands.back().made_for_seconds = preset_made_for_seconds(name);
       if (model.has_runs(cands.back().family)) recipes.push_back(p);
     } catch (const Error& e) {  // the overrides do not suit this preset (e.g. its batch schedule)
       if (o.progress) std::fprintf(stderr, "plan: leaving out preset %s: %s\n", name.c_str(), e.what());
@@ -179,13 +181,30 @@ const PlanCandidate* find_candidate(const std::vector<PlanCandidate>& cands, con
   return nullptr;
 }
 
-// Whether a variant's prediction beats its preset's by more than the variant's own error (never
-// when that error is unknown). Other candidates always qualify.
-bool clears_its_preset(const PlanCandidate& c, const std::vector<PlanCandidate>& cands) {
-  if (c.variant_of.empty()) return true;
-  const PlanCandidate* p = find_candidate(cands, c.variant_of);
-  if (!p || !p->fits) return true;
-  return c.predicted_error >= 0 && p->predicted_bpb - c.predicted_bpb > c.predicted_error;
+// The fitting preset made for the budget (its own budget within a factor of 1.25 of it, the
+// nearest), or null.
+const PlanCandidate* preset_for_budget(const std::vector<PlanCandidate>& cands) {
+  const PlanCandidate* best = nullptr;
+  double best_gap = std::log(1.25);
+  for (const PlanCandidate& c : cands) {
+    if (!c.preset || !c.fits || !(c.made_for_seconds > 0)) continue;
+    const double gap = std::fabs(std::log(c.made_for_seconds / c.cfg.train.budget_seconds));
+    if (gap <= best_gap) best = &c, best_gap = gap;
+  }
+  return best;
+}
+
+// The candidate that `c` must beat by more than its own error and does not: its preset (for a
+// variant), then the preset made for the budget; null when `c` may be chosen on its prediction.
+// Without a measure of its error, `c` never beats either.
+const PlanCandidate* holds_back(const PlanCandidate& c, const std::vector<PlanCandidate>& cands) {
+  const PlanCandidate* refs[2] = {c.variant_of.empty() ? nullptr : find_candidate(cands, c.variant_of),
+                                  preset_for_budget(cands)};
+  for (const PlanCandidate* r : refs) {
+    if (!r || !r->fits || r->cfg.name == c.cfg.name) continue;
+    if (!(c.predicted_error >= 0 && r->predicted_bpb - c.predicted_bpb > c.predicted_error)) return r;
+  }
+  return nullptr;
 }
 
 const char* kind_name(const PlanCandidate& c) {
@@ -193,7 +212,7 @@ const char* kind_name(const PlanCandidate& c) {
 }
 
 // Which row won and against what: the best candidate of another kind (preset, rule depth, variant),
-// and the variants predicted better that did not clear their presets.
+// and the candidates predicted better that were held back by a preset.
 std::string choice_text(const std::vector<PlanCandidate>& ranked, const std::vector<PlanCandidate>& passed) {
   const PlanCandidate& best = ranked.front();
   const PlanCandidate* other = nullptr;
@@ -202,14 +221,19 @@ std::string choice_text(const std::vector<PlanCandidate>& ranked, const std::vec
       other = &c;
       break;
     }
-  std::string s = fmt::format("{} {} (family {}): predicted {:.4f} bpb", kind_name(best), best.cfg.name, best.family,
-                              best.predicted_bpb);
+  std::string s = fmt::format("{} {} (family {})", kind_name(best), best.cfg.name, best.family);
+  if (best.preset && &best == preset_for_budget(ranked))
+    s += fmt::format(", made for this budget ({:.0f} s)", best.made_for_seconds);
+  s += fmt::format(": predicted {:.4f} bpb", best.predicted_bpb);
   if (other)
     s += fmt::format(", against the best {} {} at {:.4f}", kind_name(*other), other->cfg.name, other->predicted_bpb);
-  for (const PlanCandidate& v : passed)
+  for (const PlanCandidate& v : passed) {
+    const PlanCandidate* r = holds_back(v, ranked);
+    if (!r) continue;
     s += fmt::format("; passed over {} at {:.4f}: not better than {} by more than its error ({})", v.cfg.name,
-                     v.predicted_bpb, v.variant_of,
+                     v.predicted_bpb, r->cfg.name,
                      v.predicted_error < 0 ? std::string("unknown") : fmt::format("{:.4f}", v.predicted_error));
+  }
   if (!best.note.empty()) s += "; caution: " + best.note;
   return s;
 }
@@ -273,21 +297,19 @@ struct Ranking {
     }
   }
   // Sorts the candidates and returns the chosen one's index. The chosen row is always a timed one,
-  // and so is the preset a chosen variant is weighed against: while either is an estimate, time it
-  // and choose again.
+  // and so are the presets it is weighed against (its own, the one made for the budget): while any
+  // of them is an estimate, time it and choose again.
   size_t choose_timed() {
     for (;;) {
       std::stable_sort(cands.begin(), cands.end(), better);
       const size_t pick = choose_candidate(cands);
       PlanCandidate& c = cands[pick];
       if (!c.fits) return pick;
-      if (!c.measured) {
-        time(c);
-        continue;
-      }
-      auto p = std::find_if(cands.begin(), cands.end(), [&](const PlanCandidate& x) { return x.cfg.name == c.variant_of; });
-      if (p == cands.end() || p->measured || !p->fits) return pick;
-      time(*p);
+      const PlanCandidate* untimed = c.measured ? nullptr : &c;
+      for (const PlanCandidate* r : {find_candidate(cands, c.variant_of), preset_for_budget(cands)})
+        if (!untimed && r && r->fits && !r->measured) untimed = r;
+      if (!untimed) return pick;
+      time(cands[size_t(untimed - cands.data())]);
     }
   }
 };
@@ -296,7 +318,7 @@ struct Ranking {
 
 size_t choose_candidate(const std::vector<PlanCandidate>& cands) {
   for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i].fits && clears_its_preset(cands[i], cands)) return i;
+    if (cands[i].fits && !holds_back(cands[i], cands)) return i;
   return 0;
 }
 

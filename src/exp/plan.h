@@ -35,6 +35,7 @@ struct PlanCandidate {
   RunConfig cfg;
   bool preset = false;                  // a built-in preset (else a depth of the d<N> rule or a variant)
   std::string variant_of;               // the preset whose recipe this is at another depth; empty if none
+  double made_for_seconds = 0;          // a preset's own budget (its recipe was screened at it); 0 if none
   std::string family;                   // recipe_family(cfg)
   double predicted_error = -1;          // expected |error| of predicted_bpb (leave-one-out); -1 unknown
   std::string note;                     // why the prediction is weaker: no runs of the family, or beyond them
@@ -51,7 +52,10 @@ struct PlanResult {
   RecipeModel model;                  // law plus the families' corrections
   // The chosen candidate first, then the rest by predicted bpb (those that fit first). The chosen
   // one is the best predicted, except that a variant must be predicted better than its preset by
-  // more than its error: its edge over the size the recipe was tuned at rests on the law's size term.
+  // more than its error (its edge over the size the recipe was tuned at rests on the law's size
+  // term), and where a preset was made for this budget, every other candidate must be predicted
+  // better than that preset by more than its error (the preset's recipe was screened at this
+  // budget; a prediction within its error bar cannot overturn that).
   std::vector<PlanCandidate> ranked;
   int vocab_size = 0;
   double bytes_per_token = 0, budget_seconds = 0, plan_seconds = 0;
@@ -63,7 +67,8 @@ struct PlanResult {
 
 PlanResult make_plan(const PlanOptions& o);
 // The index of the chosen candidate in `cands`, sorted by predicted bpb with those that fit first:
-// the first that fits and is not a variant within its error of its preset (0 when none fits).
+// the first that fits and is not within its error of its own preset (for a variant) nor of the
+// preset made for the budget in its `cfg.train.budget_seconds` (0 when none fits).
 size_t choose_candidate(const std::vector<PlanCandidate>& cands);
 // The ranked table as text (one line a candidate).
 std::string format_plan(const PlanResult& r);

@@ -53,10 +53,13 @@ void fit_line(const std::vector<Residual>& rs, const double* given_b, double& a,
   a = mr - b * mx;
 }
 
+// Whether the runs span at least a factor of 2 in data: a slope fitted over a narrower span (two
+// runs at 75 and 112 MB, say) is mostly their noise, and extrapolated tenfold it decides nothing
+// but wrongly.
 bool covers_two_amounts(const std::vector<LawPoint>& pts) {
-  for (const LawPoint& p : pts)
-    if (std::fabs(std::log(p.train_bytes / pts.front().train_bytes)) > 1e-6) return true;
-  return false;
+  double lo = pts.front().train_bytes, hi = lo;
+  for (const LawPoint& p : pts) lo = std::min(lo, p.train_bytes), hi = std::max(hi, p.train_bytes);
+  return hi >= 2 * lo;
 }
 
 void cover(FamilyFit& f, const LawPoint& p) {
@@ -125,7 +128,8 @@ RecipeModel fit_recipe_model(const ScalingLaw& law, const std::string& base_fami
   }
   // Families whose runs cover several amounts of data fit their own slope; the others take the
   // slope of the nearest family whose name begins theirs and has one (the base's is 0: the law
-  // already follows the data), since a slope from a single amount of data cannot be measured.
+  // already follows the data), since a slope from one amount of data (or a narrow span) cannot be
+  // measured.
   for (const auto& [name, pts] : by_family)
     if (covers_two_amounts(pts)) m.families.push_back(fit_family(name, law, pts, nullptr));
   const size_t with_slope = m.families.size();
@@ -253,6 +257,15 @@ std::vector<LawPoint> builtin_recipe_points() {
       {"mtp/mtpS-s1", "seq256+ve+polar+mtp", d3, 4681728 * kBpt, 1.7336757506574842},
       // 30 minutes of the 3 x 192, 1024-token shape with both levers (recipe_zen5_30m.json).
       {"r30/d3vp-s1337", "seq1024+ve+polar", d3, 27709440 * kBpt, 1.549228994948003},
+      // The auto benchmark's runs on the KVM EPYC (bench/results/auto.json): the presets and d4 at
+      // 5, 10 and 30 minutes, and speedrun-10m's recipe at d2 (its 0.39M matrix parameters).
+      {"auto/b300/d4", "seq1024", d4, 1867776 * kBpt, 1.9751963902343426},
+      {"auto/b600/d4", "seq1024", d4, 3739648 * kBpt, 1.840092532219971},
+      {"auto/b300/speedrun-10m", "seq256+ve+polar+bsched", d3, 3616768 * kBpt, 1.796331438039208},
+      {"auto/b600/speedrun-10m", "seq256+ve+polar+bsched", d3, 7229440 * kBpt, 1.6794932058936967},
+      {"auto/b1800/speedrun-10m", "seq256+ve+polar+bsched", d3, 21688320 * kBpt, 1.5913299401440706},
+      {"auto/b300/speedrun-10m@d2", "seq256+ve+polar+bsched", 393216, 5599232 * kBpt, 1.8068851685765657},
+      {"auto/b1800/speedrun-30m", "seq1024+ve+polar", d3, 18694144 * kBpt, 1.5589076174520675},
   };
   std::vector<LawPoint> out;
   for (const Row& r : rows) out.push_back({r.run, r.matrix_params, r.train_bytes, r.bpb, r.family});
