@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (fuzz/, clang + ASan + UBSan) into build-fuzz/ and runs each one,
 # failing on any finding (crash, sanitizer report, leak, uncaught exception, broken invariant,
 # a single input over 10 s, or an allocation over 2 GiB).
-#   scripts/fuzz.sh [SECONDS]       every target for SECONDS each (default 20; what CI runs)
+#   scripts/fuzz.sh [SECONDS]       every target for SECONDS each (default 20; CI runs 10)
 #   scripts/fuzz.sh --runs N        every target until N executions (the campaign: N = 1000000)
 #   FUZZ_TARGETS="fuzz_shard fuzz_jsonl" scripts/fuzz.sh ...   only those targets
 # Seeds come from fuzz/corpus/<target>/ (never written to); inputs found on the way are kept in
