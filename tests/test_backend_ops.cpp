@@ -1136,8 +1136,10 @@ TEST_P(BackendOps, SoftcapXent) {
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
+        Dev<bf16> gh(b, VecH(size_t(N * Vp), kBf16NaN));
         double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
-                                       .loss = loss.p(), .argmax = am.p(), .want_grad = true, .grad_scale = gs});
+                                       .loss = loss.p(), .argmax = am.p(), .want_grad = true, .grad_scale = gs,
+                                       .grad_bf16 = gh.p()});
         VecF l = loss.get();
         expect_close(l, lref, 1e-5, 2e-6, "loss");
         for (int64_t n = 0; n < N; ++n)
@@ -1159,6 +1161,9 @@ TEST_P(BackendOps, SoftcapXent) {
               return gs * s;
             },
             z, g, 1e-5, 300, "dlogits");
+        // The bf16 copy: the fp32 gradient rounded to nearest even, every element (padding included).
+        const VecH h = gh.get();
+        for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], f32_to_bf16(g[i])) << "element " << i;
       }
       {  // without it: the same loss, argmax and total
         Dev<float> zl(b, z);

@@ -469,8 +469,10 @@ TEST(CpuIsa, SoftcapCrossEntropyMatchesGeneric) {
     for_each_isa([&](const std::string&) {
       VecF lz = z, loss(N);
       std::vector<int32_t> am(N);
+      std::vector<bf16> gh(size_t(N * Vp), 0x7fc0);
       double total =
-          softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f);
+          softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f, gh.data());
+      for (size_t i = 0; i < gh.size(); ++i) ASSERT_EQ(gh[i], f32_to_bf16(lz[i])) << what << " bf16 gradient " << i;
       EXPECT_NEAR(total, gtotal, 1e-5 * std::abs(gtotal)) << what;
       expect_close(to_d(loss), to_d(gloss), 1e-5, 1e-6, what + " loss");
       expect_close(to_d(lz), to_d(gz), 1e-4, 1e-8, what + " gradient");

@@ -151,6 +151,7 @@ struct SoftcapXentArgs {
   int32_t* argmax = nullptr;          // may be null
   bool want_grad = false;
   float grad_scale = 1.0f;
+  bf16* grad_bf16 = nullptr;          // with want_grad: the gradient also rounded to bf16 here (or null)
 };
 
 // The two-term mix's backward (Backend::mix2_fwd: out = w[0] x + w[1] x0) from dout: dw[0] +=

@@ -102,7 +102,9 @@ Cost mix2_fwd(const float*, const float*, const float*, float*, int64_t n) {
 Cost mix2_bwd(const Mix2BwdArgs& a) { return per_elem(double(a.n), 6, 24); }
 Cost scale(float*, float, int64_t n) { return per_elem(double(n), 1, 8); }
 Cost axpy(float*, float, const float*, int64_t n) { return per_elem(double(n), 2, 12); }
-Cost softcap_xent(const SoftcapXentArgs& a) { return {30.0 * double(a.N) * a.V, 8.0 * double(a.N) * a.Vp}; }
+Cost softcap_xent(const SoftcapXentArgs& a) {
+  return {30.0 * double(a.N) * a.V, (a.want_grad && a.grad_bf16 ? 10.0 : 8.0) * double(a.N) * a.Vp};
+}
 Cost softcap_fwd(float*, int64_t n, float) { return per_elem(double(n), 5, 8); }
 Cost sum_squares(const float*, int64_t n) { return per_elem(double(n), 2, 4); }
 Cost sum_squares_many(const float* const*, const int64_t* ns, int count, double*) {

@@ -197,14 +197,16 @@ double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<Head
         for (int j = V; j < Vp; ++j) out[r * Vp + j] = -INFINITY;
     } else {
       const bool grad = p.mode == HeadMode::Train;
+      // In bf16 the loss writes the gradient's bf16 copy itself, the matmuls' input.
+      bf16* dlogits_bf16 = grad && prec == MatPrec::BF16 ? reinterpret_cast<bf16*>(logits_mm) : nullptr;
       {
         ProfRegion pr(prof, p.names.xent, "fwd");
         total += be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = p.logits,
                                    .targets = c.tgt, .loss = c.loss, .argmax = c.amax, .want_grad = grad,
-                                   .grad_scale = p.gscale});
+                                   .grad_scale = p.gscale, .grad_bf16 = dlogits_bf16});
       }
       if (grad) {
-        const void* dlogits = mm_input(p.logits, logits_mm, nr * Vp);
+        const void* dlogits = dlogits_bf16 ? static_cast<const void*>(dlogits_bf16) : p.logits;
         {
           ProfRegion pr(prof, p.names.dx, "bwd");
           be->linear_bwd_input(prec, dlogits, w(off_head), c.dx, nr, d, Vp, false);

@@ -226,7 +226,7 @@ class CpuBackend final : public Backend {
   }
   double softcap_xent(const SoftcapXentArgs& a) override {
     return clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
-                             a.grad_scale);
+                             a.grad_scale, a.grad_bf16);
   }
 
   void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {

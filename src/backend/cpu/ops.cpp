@@ -586,7 +586,7 @@ static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, bool want_
 }
 
 double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
-                    float* loss, int32_t* argmax, bool want_grad, float grad_scale) {
+                    float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16) {
   std::vector<float> own_loss(loss ? 0 : N);
   float* L = loss ? loss : own_loss.data();
 #pragma omp parallel for schedule(static)
@@ -595,6 +595,11 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
     // The softcap is increasing, so the argmax of the raw logits is that of s.
     if (argmax) argmax[n] = row_argmax(z, V);
     L[n] = xent_row(z, V, Vp, cap, targets ? targets[n] : -1, want_grad, grad_scale);
+    if (want_grad && grad_bf16) {
+      bf16* gb = grad_bf16 + n * Vp;
+#pragma omp simd
+      for (int j = 0; j < Vp; ++j) put(gb + j, z[j]);
+    }
   }
   double total = 0;
   for (int64_t n = 0; n < N; ++n)

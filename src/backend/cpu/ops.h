@@ -118,10 +118,12 @@ void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da +=
 // Softcap s = cap*tanh(z/cap) (cap <= 0: s = z). loss[n] = logsumexp(s[n,:V]) - s[n,target]
 // (0 where target < 0). argmax[n] = argmax over the real vocabulary (may be null).
 // If want_grad, logits is overwritten IN PLACE with d(grad_scale * sum_n loss[n]) / dz (0 in the
-// padding and on ignored rows), so one [N, Vp] buffer serves forward and backward.
+// padding and on ignored rows), so one [N, Vp] buffer serves forward and backward; where grad_bf16
+// is given, the gradient is also written there rounded to bf16 (round to nearest even, as
+// f32_to_bf16), each row while it is in cache: the bf16 head matmuls' input without another pass.
 // Returns sum of loss over non-ignored rows (double, fixed-order).
 double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
-                    float* loss, int32_t* argmax, bool want_grad, float grad_scale);
+                    float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16 = nullptr);
 // softcap_fwd (op_kernels.h): the softcap alone (for sampling), s = cap*tanh(z/cap), in place.
 
 }  // namespace clm
