@@ -9,10 +9,14 @@
 #   and the raw JSON lines to --out.
 #
 # usage: bench/train_vs_torch.sh [--out FILE (default bench/results/train_vs_torch.md)]
+#                                [--shapes "CONFIG B T;..." (default "byte-11m 16 256;baseline-50m 4 256")]
+#                                [--optimizers "muon adamw" (default both)] [--vocab V (sets model.vocab_size)]
 #                                [--steps N (default 5)] [--warmup N (default 2)] [--quick]
 #                                [--threads N (default nproc)] [--refresh-roofline] [--system-blas]
 #                                [--clocklm BIN] [--python PY (default /usr/bin/python3)]
 # --quick: 2 timed steps after 1 warm-up step (a smoke run; the numbers are noisy).
+# The small CPU presets: --shapes "speedrun-10m 16 256;speedrun-30m 4 1024" --optimizers muon
+# --vocab 8192 (the peer has no value embeddings: their lookup and mix are not in its step).
 # Needs Debian's python3-torch (installed with apt if missing, as root or via sudo). Debian's torch
 # takes its fp32 GEMM from the system libblas.so.3; the peer runs with the pthread OpenBLAS
 # (libopenblas0-pthread, installed if missing) put first by LD_LIBRARY_PATH, since the reference BLAS
@@ -36,9 +40,15 @@ REFRESH=0
 SYSTEM_BLAS=0
 STEPS_SET=0
 WARMUP_SET=0
+SHAPES="byte-11m 16 256;baseline-50m 4 256"
+OPTIMIZERS="muon adamw"
+VOCAB=
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
+    --shapes) SHAPES="$2"; shift 2 ;;
+    --optimizers) OPTIMIZERS="$2"; shift 2 ;;
+    --vocab) VOCAB="$2"; shift 2 ;;
     --steps) STEPS="$2"; STEPS_SET=1; shift 2 ;;
     --warmup) WARMUP="$2"; WARMUP_SET=1; shift 2 ;;
     --quick) QUICK=1; shift ;;
@@ -146,11 +156,13 @@ record() {
   fi
   printf '%s\t%s\t%s\n' "$tag" "$load" "$line" >> "$RAW"
 }
-for spec in "byte-11m 16 256" "baseline-50m 4 256"; do
+IFS=';' read -r -a SPECS <<< "$SHAPES"
+for spec in "${SPECS[@]}"; do
   read -r C B T <<< "$spec"
-  for OPT in muon adamw; do
+  for OPT in $OPTIMIZERS; do
     OSET=()
-    [ "$OPT" = adamw ] && OSET=(--set optim.matrix.kind=adamw)
+    [ -n "$VOCAB" ] && OSET+=(--set "model.vocab_size=$VOCAB")
+    [ "$OPT" = adamw ] && OSET+=(--set optim.matrix.kind=adamw)
     CL=("$CLOCKLM" bench train --config "$C" --batch "$B" --seq "$T" --steps "$STEPS" --warmup "$WARMUP"
         --threads "$THREADS" --ceiling "$CEILING" --json "${OSET[@]}")
     if [ "$HAVE_PREC" = 1 ]; then
@@ -218,8 +230,8 @@ if not auto_avail:
                "default, fp32 = `bench train --fp32`, auto unavailable; the ratio uses the default (bf16) run")
 out.append("")
 out.append("| config | B×T | optimizer | clocklm auto | clocklm bf16 | clocklm fp32 | torch fp32 | torch bf16 "
-           "| clocklm auto / best torch |")
-out.append("|---|---|---|--:|--:|--:|--:|--:|--:|")
+           "| clocklm auto / best torch | clocklm auto, % of the bf16 roof |")
+out.append("|---|---|---|--:|--:|--:|--:|--:|--:|--:|")
 for key in order:
     r = rows[key]
     c, bt, opt = key
@@ -230,8 +242,10 @@ for key in order:
     ratio = "n/a" if ours is None or not best else f"{ours / best:.2f}x" + ("" if auto_avail else " (bf16)")
     ja = r.get(("clocklm", "auto")) or {}
     a_cell = fmt(a) + (f" ({ja['matmul_precision']})" if a is not None and "matmul_precision" in ja else "")
+    mfu = ja.get("fraction_of_ceiling")
+    mfu_cell = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
     out.append(f"| {c} | {bt.replace('x', '×')} | {opt_name.get(opt, opt)} | {a_cell} | {fmt(b16)} | "
-               f"{fmt(f32)} | {fmt(t32)} | {fmt(t16)} | {ratio} |")
+               f"{fmt(f32)} | {fmt(t32)} | {fmt(t16)} | {ratio} | {mfu_cell} |")
 out.append("")
 out.append("tokens/s (mean over the timed steps); n/a = not available or failed (see the raw lines); "
            "clocklm auto shows what auto resolved to where its JSON says.")
