@@ -12,7 +12,7 @@
 # gemm, counted from the binary's own list), auto's check and every CUDA parity test ran and
 # passed; skipped counts as not passed.
 #
-# usage: bench/gpu_check.sh --bundle DIR|FILE.tar.zst   (the output of scripts/gpu-bundle.sh: no build)
+# usage: bench/gpu_check.sh --bundle DIR|FILE.tar.gz   (the output of scripts/gpu-bundle.sh: no build)
 #        bench/gpu_check.sh --binaries DIR              (a build folder holding clocklm and clocklm_tests)
 #        bench/gpu_check.sh                             (builds with CUDA into build-gpu first)
 # env:   OUT (results folder, default ./gpu-results), JOBS (build jobs, default nproc), CUDA_ARCH
@@ -89,7 +89,7 @@ done
 if [ -n "$BUNDLE" ]; then
   if [ -f "$BUNDLE" ]; then
     mkdir -p "$OUT/unpacked"
-    zstd -dc "$BUNDLE" | tar -xf - -C "$OUT/unpacked" || { say "bundle: cannot unpack $BUNDLE"; exit 1; }
+    tar -xzf "$BUNDLE" -C "$OUT/unpacked" || { say "bundle: cannot unpack $BUNDLE (a .tar.gz)"; exit 1; }
     BUNDLE="$OUT/unpacked/clocklm-bundle"
   fi
   BINDIR="$BUNDLE/bin"
@@ -103,6 +103,8 @@ elif [ -z "$BINDIR" ]; then
 fi
 BIN="$BINDIR/clocklm"
 TESTS="$BINDIR/clocklm_tests"
+# The tests that run clocklm itself run this one, not the path it was built at on another machine.
+export CLOCKLM_BINARY="$BIN"
 if [ ! -x "$BIN" ] || [ ! -x "$TESTS" ]; then
   say "no binaries in $BINDIR: the remaining steps cannot run"
   tail -30 "$LOGS/build.log" >> "$RES" 2>/dev/null

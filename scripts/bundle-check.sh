@@ -6,13 +6,13 @@
 # libraries are bind-mounted read-only from this machine at /usr/local/cuda, as the GPU machine
 # has them; nothing else enters the root. Needs root (debootstrap, mount, chroot).
 #
-#   scripts/bundle-check.sh [BUNDLE.tar.zst] [--cache DIR] [--keep]
+#   scripts/bundle-check.sh [BUNDLE.tar.gz] [--cache DIR] [--keep]
 #
-# Default bundle: build-bundle/clocklm-bundle.tar.zst. --cache DIR keeps the bootstrapped root as
+# Default bundle: build-bundle/clocklm-bundle.tar.gz. --cache DIR keeps the bootstrapped root as
 # a tarball there and reuses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUNDLE="build-bundle/clocklm-bundle.tar.zst" CACHE="" KEEP=0
+BUNDLE="build-bundle/clocklm-bundle.tar.gz" CACHE="" KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cache) CACHE="$2"; shift 2 ;;
@@ -36,7 +36,7 @@ stage "Debian $DEBIAN_SUITE (minbase) from ${CACHE:-$DEBIAN_MIRROR}"
 debian_root_make "$CACHE"
 debian_root_mount
 mkdir -p "$ROOT/opt" "$ROOT$CUDA_DIR"
-zstd -dc "$BUNDLE" | tar -xf - -C "$ROOT/opt"
+tar -xzf "$BUNDLE" -C "$ROOT/opt"
 mount --bind -o ro "$CUDA_DIR" "$ROOT$CUDA_DIR"
 ln -s "$CUDA_DIR" "$ROOT/usr/local/cuda"
 B=/opt/clocklm-bundle

@@ -6,7 +6,8 @@
 # fmt, PCRE2, zstd, zlib, libgomp, libstdc++, ...) beside them. The binaries find those through an
 # $ORIGIN-relative rpath; only glibc, the CUDA driver and the toolkit's cuBLAS/cuBLASLt come from
 # the machine (its /usr/local/cuda, or LD_LIBRARY_PATH). The bundle also carries the GPU check
-# (bench/gpu_check.sh) and what that runs. Packed as a .tar.zst; the last line printed is its path.
+# (bench/gpu_check.sh) and what that runs. Packed as a .tar.gz (a bare GPU machine has gzip but not
+# always zstd); the last line printed is its path.
 #
 #   scripts/gpu-bundle.sh [--arch "80;90"] [--out DIR] [--jobs N]
 #
@@ -73,9 +74,9 @@ glibc=$(for f in "$B.tmp"/bin/* "$B.tmp"/lib/*; do objdump -T "$f"; done | grep 
   echo "tests: $("$B.tmp/bin/clocklm_tests" --gtest_list_tests 2>/dev/null | grep -c '^  ') test cases listed on the build machine"
 } > "$B.tmp/BUNDLE.txt"
 rm -rf "$B" && mv "$B.tmp" "$B"
-tar -C "$OUTDIR" -cf - clocklm-bundle | zstd -q -19 -T0 -o "$OUTDIR/clocklm-bundle.tar.zst.tmp" -f
-mv "$OUTDIR/clocklm-bundle.tar.zst.tmp" "$OUTDIR/clocklm-bundle.tar.zst"
-size=$(stat -c %s "$OUTDIR/clocklm-bundle.tar.zst")
+tar -C "$OUTDIR" -cf - clocklm-bundle | gzip -9 > "$OUTDIR/clocklm-bundle.tar.gz.tmp"
+mv "$OUTDIR/clocklm-bundle.tar.gz.tmp" "$OUTDIR/clocklm-bundle.tar.gz"
+size=$(stat -c %s "$OUTDIR/clocklm-bundle.tar.gz")
 echo "gpu-bundle: $(du -sh "$B" | cut -f1) unpacked, $((size / 1048576)) MiB packed"
 if [ "$size" -ge $((64 * 1048576)) ]; then echo "gpu-bundle: the packed bundle is over 64 MiB" >&2; exit 1; fi
-echo "$OUTDIR/clocklm-bundle.tar.zst"
+echo "$OUTDIR/clocklm-bundle.tar.gz"

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace cli_test {
@@ -25,9 +26,16 @@ inline CmdResult run_cmd(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// The clocklm binary the tests run: $CLOCKLM_BINARY when set (a test binary carried to another
+// machine without its build folder, as bench/gpu_check.sh runs it), else the one built beside it.
+inline std::string clocklm_binary() {
+  const char* e = std::getenv("CLOCKLM_BINARY");
+  return e && *e ? e : CLOCKLM_BINARY;
+}
+
 // `clocklm ARGS`; the output goes to *out when given. Returns the exit status.
 inline int run_clocklm(const std::string& args, std::string* out = nullptr) {
-  CmdResult r = run_cmd(std::string(CLOCKLM_BINARY) + " " + args);
+  CmdResult r = run_cmd(clocklm_binary() + " " + args);
   if (out) *out = r.out;
   return r.status;
 }

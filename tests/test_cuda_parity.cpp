@@ -163,7 +163,7 @@ TEST(CudaParity, BpbOfOneCheckpointMatchesTheCpu) {
   using namespace run_test;
   // fp32 matmuls, recorded in the checkpoint's config: both backends then evaluate in fp32 (with
   // `auto` a CPU without native bf16 would take fp32 and the GPU bf16, a different computation).
-  const std::string bin = CLOCKLM_BINARY, run = temp_run("cuda_bpb");
+  const std::string bin = cli_test::clocklm_binary(), run = temp_run("cuda_bpb");
   cli_test::CmdResult t = cli_test::run_cmd(
       bin + " train" + kTiny + " --device cpu --set max_steps=6" +
       " --set model.matmul_precision=fp32" + " --set eval_every_seconds=0 --data " +
@@ -184,7 +184,7 @@ TEST(CudaParity, BpbOfOneCheckpointMatchesTheCpu) {
 TEST(CudaParity, ResumeIsBitExactOnTheGpu) {
   REQUIRE_GPU();
   using namespace run_test;
-  const std::string bin = CLOCKLM_BINARY, a = temp_run("cuda_full"), b = temp_run("cuda_split");
+  const std::string bin = cli_test::clocklm_binary(), a = temp_run("cuda_full"), b = temp_run("cuda_split");
   const std::string common = bin + " train" + kTiny + " --device cuda --set max_steps=8" +
                              " --set eval_every_seconds=0 --data " + tiny_dataset() +
                              " --budget 1h";
