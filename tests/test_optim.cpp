@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <vector>
 
@@ -423,6 +424,69 @@ TEST(Optim, NorMuonGivesEveryRowTheSameRmsAtMuonsNorm) {
     lo = std::min(lo, s), hi = std::max(hi, s);
   }
   EXPECT_GT(hi / lo, 1.1);
+}
+
+TEST(Optim, NewtonSchulzDealsLargestFirstToTheLeastLoaded) {
+  // Costs 5, 4, 3, 3, 3 on two threads: 5 | 4, then 3 to the 4 (7), 3 to the 5 (8), 3 to the 7.
+  const auto d = NewtonSchulz::deal({3, 5, 3, 4, 3}, 2);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (std::vector<int>{1, 2}));
+  EXPECT_EQ(d[1], (std::vector<int>{3, 0, 4}));
+  EXPECT_EQ(NewtonSchulz::deal({1, 1}, 4).size(), 4u);  // threads may go idle
+  EXPECT_TRUE(NewtonSchulz::deal({}, 2)[0].empty());
+}
+
+// run_many against run on each matrix alone, with the threaded size lowered so that both of its
+// paths run: 256x512 and 512x256 alone on every thread, the rest dealt to threads one whole matrix
+// each (192x192 and friends on oneDNN, 24x40 on the loop path). With two or more threads; one
+// thread runs everything through run().
+TEST(Optim, NewtonSchulzManyMatchesRunOnEachMatrix) {
+  const int threads = omp_get_max_threads();
+  if (threads < 2) omp_set_num_threads(2);
+  const std::vector<std::pair<int, int>> shapes = {{192, 192}, {256, 512}, {24, 40}, {192, 768},
+                                                   {768, 192}, {512, 256}, {136, 300}, {192, 192}};
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    NewtonSchulz many, one;
+    many.threaded_from = int64_t(256) * 256 * 512;
+    EXPECT_TRUE(many.threaded(512, 256));
+    EXPECT_FALSE(many.threaded(192, 768));
+    std::vector<std::vector<float>> G, out;
+    std::vector<const float*> gp;
+    std::vector<float*> op;
+    std::vector<int64_t> rows, cols;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      G.push_back(random_matrix(shapes[i].first, shapes[i].second, 40 + i));
+      out.emplace_back(G.back().size(), NAN);
+      rows.push_back(shapes[i].first);
+      cols.push_back(shapes[i].second);
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      gp.push_back(G[i].data());
+      op.push_back(out[i].data());
+    }
+    const NsSchedule pe = NsSchedule::polar_express(5);
+    many.run_many(gp.data(), op.data(), rows.data(), cols.data(), int(shapes.size()), pe, bf16);
+    int same = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::vector<float> want(G[i].size());
+      one.run(G[i].data(), want.data(), rows[i], cols[i], pe, bf16);
+      double m = 0, e = 0;
+      for (size_t k = 0; k < want.size(); ++k) {
+        m = std::max(m, double(std::abs(want[k])));
+        e = std::max(e, double(std::abs(out[i][k] - want[k])));
+      }
+      // The bounds of BackendOps.NewtonSchulzManyMatchesOneAtATime: the matmul library's rounding.
+      EXPECT_LE(e, (bf16 ? 2e-2 : 2e-6) * m) << rows[i] << "x" << cols[i];
+      same += out[i] == want;
+    }
+    // How many came out bit-identical, for the record (oneDNN's single-thread kernels may block
+    // the sums differently on another CPU).
+    RecordProperty(bf16 ? "bit_identical_bf16" : "bit_identical_fp32", same);
+    std::printf("[ info     ] %s: %d of %zu matrices bit-identical to run()\n", bf16 ? "bf16" : "fp32", same,
+                shapes.size());
+  }
+  omp_set_num_threads(threads);
 }
 
 // The optimizer table is parsed against the bytes that remain: absurd parameter or element counts,
