@@ -1,5 +1,6 @@
 // Optimizer tests: AdamW against hand-computed steps, Newton-Schulz against a float64 reference and
-// its singular values in the quintic's band, Muon's update scaling, parameter routing, grad clipping
+// its singular values in the quintic's band, the batched Newton-Schulz against one matrix at a time
+// (alone and inside an optimizer step), Muon's update scaling, parameter routing, grad clipping
 // and the state save/load round trip (bit-exact continuation, mismatches refused).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -487,6 +488,46 @@ TEST(Optim, NewtonSchulzManyMatchesRunOnEachMatrix) {
                 shapes.size());
   }
   omp_set_num_threads(threads);
+}
+
+// An optimizer step with one newton_schulz_many per group equals the step with one newton_schulz
+// per matrix: Muon and NorMuon over mixed shapes (loop-path and oneDNN sizes), bf16 and fp32, with
+// momentum carried over three steps. Bounds: the NS ops' own (above) times lr, the only place the
+// two paths can differ.
+TEST(Optim, BatchedNewtonSchulzStepEqualsPerMatrixSteps) {
+  const std::vector<std::pair<int, int>> shapes = {{192, 192}, {768, 192}, {192, 768}, {24, 40}, {64, 64}};
+  for (const char* kind : {"muon", "normuon"})
+    for (const char* prec : {"fp32", "bf16"}) {
+      SCOPED_TRACE(testing::Message() << kind << " " << prec);
+      std::vector<std::vector<float>> d[2], g[2];
+      std::vector<Param> ps[2];
+      for (int k = 0; k < 2; ++k) {
+        d[k].resize(shapes.size());
+        g[k].resize(shapes.size());
+        for (size_t i = 0; i < shapes.size(); ++i)
+          ps[k].push_back(make_param("blocks." + std::to_string(i) + ".w", {shapes[i].first, shapes[i].second},
+                                     ParamKind::Matrix, d[k][i], g[k][i]));
+      }
+      OptimConfig cfg;
+      cfg.matrix.kind = kind;
+      cfg.matrix.ns_precision = prec;
+      cfg.matrix.ns_coeffs = "polar";
+      cfg.matrix.lr = 0.02f;
+      Optimizer batched(ps[0], cfg), single(ps[1], cfg);
+      single.set_batched_ns(false);
+      batched.warmup();
+      single.warmup();
+      for (int s = 0; s < 3; ++s) {
+        for (int k = 0; k < 2; ++k)
+          for (size_t i = 0; i < shapes.size(); ++i)
+            set_to(g[k][i], random_matrix(shapes[i].first, shapes[i].second, 500 + 10 * s + i));
+        EXPECT_EQ(batched.step(1.0f, 1.0f, 0.9f), single.step(1.0f, 1.0f, 0.9f));
+      }
+      const double tol = (std::string(prec) == "bf16" ? 2e-2 : 2e-6) * 3 * 0.02 * 2;  // 3 steps, scale <= 2
+      for (size_t i = 0; i < shapes.size(); ++i)
+        for (size_t k = 0; k < d[0][i].size(); ++k)
+          ASSERT_NEAR(d[0][i][k], d[1][i][k], tol) << shapes[i].first << "x" << shapes[i].second << " at " << k;
+    }
 }
 
 // The optimizer table is parsed against the bytes that remain: absurd parameter or element counts,
