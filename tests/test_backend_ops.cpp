@@ -1507,6 +1507,72 @@ TEST_P(BackendOps, NewtonSchulzBf16) {
   ns_case(be(), 300, 136, q5, MatPrec::BF16, 6e-2, 4e-2, true);
 }
 
+// newton_schulz_many against newton_schulz on each matrix alone, for a mix the CPU runs both ways:
+// below its loop-path size (24x40, 40x24), small oneDNN shapes dealt whole to threads (192x192,
+// 192x768, 768x192, 136x300), and the matrices side by side in one buffer as the optimizer lays
+// them out, with out aliasing G for half of them. The results match to the matmul library's
+// rounding. On the CPUs measured (AMD Zen 4 with AVX512_BF16, Intel Xeon with AMX) oneDNN's
+// single-thread kernels sum as its threaded ones do and the bits agree (Optim.NewtonSchulzMany*
+// prints the count); the bounds allow another blocking elsewhere: fp32 2e-6 of the largest element
+// (fp32 rounding ~1e-7 amplified by five steps), bf16 2e-2 (a one-ulp bf16 flip of a matmul input,
+// 2^-9, amplified alike).
+static void ns_many_case(Backend& be, MatPrec prec, const NsSchedule& sched, double tol) {
+  SCOPED_TRACE(testing::Message() << prec_name(prec) << " steps " << sched.steps.size());
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{192, 768}, {24, 40}, {768, 192}, {192, 192},
+                                                           {40, 24},   {136, 300}, {192, 192}};
+  std::vector<int64_t> rows, cols, off;
+  int64_t total = 0;
+  for (auto [r, c] : shapes) {
+    rows.push_back(r);
+    cols.push_back(c);
+    off.push_back(total);
+    total += r * c;
+  }
+  const VecF G = randn(total, 909);
+  Dev<float> gd(be, G);
+  Dev<float> od = nan_out(be, size_t(total));
+  std::vector<const float*> in;
+  std::vector<float*> out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    in.push_back(gd.p() + off[i]);
+    out.push_back(i % 2 ? gd.p() + off[i] : od.p() + off[i]);  // odd ones in place
+  }
+  be.newton_schulz_many({.count = int(shapes.size()), .G = in.data(), .out = out.data(), .rows = rows.data(),
+                         .cols = cols.data(), .sched = &sched, .prec = prec});
+  const VecF got_o = od.get(), got_g = gd.get();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << rows[i] << "x" << cols[i]);
+    const VecF one_in(G.begin() + off[i], G.begin() + off[i] + rows[i] * cols[i]);
+    Dev<float> d1(be, one_in);
+    Dev<float> o1 = nan_out(be, one_in.size());
+    be.newton_schulz(d1.p(), o1.p(), rows[i], cols[i], sched, prec);
+    const VecF want = o1.get();
+    const VecF& src = i % 2 ? got_g : got_o;
+    const VecF got(src.begin() + off[i], src.begin() + off[i] + rows[i] * cols[i]);
+    double m = 0;
+    for (float v : want) m = std::max(m, double(std::abs(v)));
+    expect_close(got, VecD(want.begin(), want.end()), tol * m, 0, "out");
+  }
+}
+
+TEST_P(BackendOps, NewtonSchulzManyMatchesOneAtATime) {
+  ns_many_case(be(), MatPrec::F32, NsSchedule::quintic(5), 2e-6);
+  ns_many_case(be(), MatPrec::BF16, NsSchedule::polar_express(5), 2e-2);
+  // One matrix and none.
+  const VecF G = randn(136 * 300, 5);
+  Dev<float> gd(be(), G);
+  Dev<float> o = nan_out(be(), G.size()), o1 = nan_out(be(), G.size());
+  const float* in = gd.p();
+  float* out = o.p();
+  const int64_t r = 136, c = 300;
+  const NsSchedule q5 = NsSchedule::quintic(5);
+  be().newton_schulz_many({.count = 1, .G = &in, .out = &out, .rows = &r, .cols = &c, .sched = &q5,
+                           .prec = MatPrec::BF16});
+  be().newton_schulz(gd.p(), o1.p(), r, c, q5, MatPrec::BF16);
+  EXPECT_EQ(o.get(), o1.get());  // the same path for a lone matrix
+  be().newton_schulz_many({.count = 0, .sched = &q5, .prec = MatPrec::BF16});
+}
+
 TEST_P(BackendOps, NewtonSchulzZeroMatrix) {
   // A parameter that got no gradient has a zero momentum matrix: its update is zero, not NaN (the
   // Frobenius normalisation must not divide by zero).

@@ -1,10 +1,12 @@
 // Optimizer tests: AdamW against hand-computed steps, Newton-Schulz against a float64 reference and
-// its singular values in the quintic's band, Muon's update scaling, parameter routing, grad clipping
+// its singular values in the quintic's band, the batched Newton-Schulz against one matrix at a time
+// (alone and inside an optimizer step), Muon's update scaling, parameter routing, grad clipping
 // and the state save/load round trip (bit-exact continuation, mismatches refused).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <vector>
 
@@ -423,6 +425,109 @@ TEST(Optim, NorMuonGivesEveryRowTheSameRmsAtMuonsNorm) {
     lo = std::min(lo, s), hi = std::max(hi, s);
   }
   EXPECT_GT(hi / lo, 1.1);
+}
+
+TEST(Optim, NewtonSchulzDealsLargestFirstToTheLeastLoaded) {
+  // Costs 5, 4, 3, 3, 3 on two threads: 5 | 4, then 3 to the 4 (7), 3 to the 5 (8), 3 to the 7.
+  const auto d = NewtonSchulz::deal({3, 5, 3, 4, 3}, 2);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], (std::vector<int>{1, 2}));
+  EXPECT_EQ(d[1], (std::vector<int>{3, 0, 4}));
+  EXPECT_EQ(NewtonSchulz::deal({1, 1}, 4).size(), 4u);  // threads may go idle
+  EXPECT_TRUE(NewtonSchulz::deal({}, 2)[0].empty());
+}
+
+// run_many against run on each matrix alone, with the threaded size lowered so that both of its
+// paths run: 256x512 and 512x256 alone on every thread, the rest dealt to threads one whole matrix
+// each (192x192 and friends on oneDNN, 24x40 on the loop path). With two or more threads; one
+// thread runs everything through run().
+TEST(Optim, NewtonSchulzManyMatchesRunOnEachMatrix) {
+  const int threads = omp_get_max_threads();
+  if (threads < 2) omp_set_num_threads(2);
+  const std::vector<std::pair<int, int>> shapes = {{192, 192}, {256, 512}, {24, 40}, {192, 768},
+                                                   {768, 192}, {512, 256}, {136, 300}, {192, 192}};
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    NewtonSchulz many, one;
+    many.threaded_from = int64_t(256) * 256 * 512;
+    EXPECT_TRUE(many.threaded(512, 256));
+    EXPECT_FALSE(many.threaded(192, 768));
+    std::vector<std::vector<float>> G, out;
+    std::vector<const float*> gp;
+    std::vector<float*> op;
+    std::vector<int64_t> rows, cols;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      G.push_back(random_matrix(shapes[i].first, shapes[i].second, 40 + i));
+      out.emplace_back(G.back().size(), NAN);
+      rows.push_back(shapes[i].first);
+      cols.push_back(shapes[i].second);
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      gp.push_back(G[i].data());
+      op.push_back(out[i].data());
+    }
+    const NsSchedule pe = NsSchedule::polar_express(5);
+    many.run_many(gp.data(), op.data(), rows.data(), cols.data(), int(shapes.size()), pe, bf16);
+    int same = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::vector<float> want(G[i].size());
+      one.run(G[i].data(), want.data(), rows[i], cols[i], pe, bf16);
+      double m = 0, e = 0;
+      for (size_t k = 0; k < want.size(); ++k) {
+        m = std::max(m, double(std::abs(want[k])));
+        e = std::max(e, double(std::abs(out[i][k] - want[k])));
+      }
+      // The bounds of BackendOps.NewtonSchulzManyMatchesOneAtATime: the matmul library's rounding.
+      EXPECT_LE(e, (bf16 ? 2e-2 : 2e-6) * m) << rows[i] << "x" << cols[i];
+      same += out[i] == want;
+    }
+    // How many came out bit-identical, for the record (oneDNN's single-thread kernels may block
+    // the sums differently on another CPU).
+    RecordProperty(bf16 ? "bit_identical_bf16" : "bit_identical_fp32", same);
+    std::printf("[ info     ] %s: %d of %zu matrices bit-identical to run()\n", bf16 ? "bf16" : "fp32", same,
+                shapes.size());
+  }
+  omp_set_num_threads(threads);
+}
+
+// An optimizer step with one newton_schulz_many per group equals the step with one newton_schulz
+// per matrix: Muon and NorMuon over mixed shapes (loop-path and oneDNN sizes), bf16 and fp32, with
+// momentum carried over three steps. Bounds: the NS ops' own (above) times lr, the only place the
+// two paths can differ.
+TEST(Optim, BatchedNewtonSchulzStepEqualsPerMatrixSteps) {
+  const std::vector<std::pair<int, int>> shapes = {{192, 192}, {768, 192}, {192, 768}, {24, 40}, {64, 64}};
+  for (const char* kind : {"muon", "normuon"})
+    for (const char* prec : {"fp32", "bf16"}) {
+      SCOPED_TRACE(testing::Message() << kind << " " << prec);
+      std::vector<std::vector<float>> d[2], g[2];
+      std::vector<Param> ps[2];
+      for (int k = 0; k < 2; ++k) {
+        d[k].resize(shapes.size());
+        g[k].resize(shapes.size());
+        for (size_t i = 0; i < shapes.size(); ++i)
+          ps[k].push_back(make_param("blocks." + std::to_string(i) + ".w", {shapes[i].first, shapes[i].second},
+                                     ParamKind::Matrix, d[k][i], g[k][i]));
+      }
+      OptimConfig cfg;
+      cfg.matrix.kind = kind;
+      cfg.matrix.ns_precision = prec;
+      cfg.matrix.ns_coeffs = "polar";
+      cfg.matrix.lr = 0.02f;
+      Optimizer batched(ps[0], cfg), single(ps[1], cfg);
+      single.set_batched_ns(false);
+      batched.warmup();
+      single.warmup();
+      for (int s = 0; s < 3; ++s) {
+        for (int k = 0; k < 2; ++k)
+          for (size_t i = 0; i < shapes.size(); ++i)
+            set_to(g[k][i], random_matrix(shapes[i].first, shapes[i].second, 500 + 10 * s + i));
+        EXPECT_EQ(batched.step(1.0f, 1.0f, 0.9f), single.step(1.0f, 1.0f, 0.9f));
+      }
+      const double tol = (std::string(prec) == "bf16" ? 2e-2 : 2e-6) * 3 * 0.02 * 2;  // 3 steps, scale <= 2
+      for (size_t i = 0; i < shapes.size(); ++i)
+        for (size_t k = 0; k < d[0][i].size(); ++k)
+          ASSERT_NEAR(d[0][i][k], d[1][i][k], tol) << shapes[i].first << "x" << shapes[i].second << " at " << k;
+    }
 }
 
 // The optimizer table is parsed against the bytes that remain: absurd parameter or element counts,

@@ -10,6 +10,8 @@
 
 namespace clm {
 
+struct NsSchedule;  // backend.h
+
 // RMSNorm over the last dimension of `rows` rows of C: y = x rstd (* g where g is given), written
 // in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
 struct RmsnormFwdArgs {
@@ -215,6 +217,19 @@ struct NormuonScaleArgs {
   float* o = nullptr;
   float* v = nullptr;  // [rows], the second-moment state
   float beta2 = 0, eps = 0;
+};
+
+// Newton-Schulz over `count` matrices: out[i] (rows[i] x cols[i]) = the orthogonalisation of
+// G[i] (out[i] may alias G[i], no other overlap) by *sched, matmuls in prec. The arrays hold
+// host-side pointers and shapes; the matrices live on the device.
+struct NewtonSchulzManyArgs {
+  int count = 0;
+  const float* const* G = nullptr;
+  float* const* out = nullptr;
+  const int64_t* rows = nullptr;
+  const int64_t* cols = nullptr;
+  const NsSchedule* sched = nullptr;
+  MatPrec prec = MatPrec::BF16;
 };
 
 }  // namespace clm

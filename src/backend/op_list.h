@@ -91,7 +91,11 @@
   /* out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; */      \
   /* matmuls in `prec`. */                                                                       \
   F(X, newton_schulz, void, (const float* G, float* out, int64_t rows, int64_t cols,             \
-    const NsSchedule& sched, MatPrec prec), (G, out, rows, cols, sched, prec), own, own)
+    const NsSchedule& sched, MatPrec prec), (G, out, rows, cols, sched, prec), own, own)        \
+  /* newton_schulz on each of a.count matrices, all with one schedule and precision, each */     \
+  /* result that of newton_schulz on it alone (up to the matmul library's rounding); the */      \
+  /* backend may order and overlap them as it likes. */                                          \
+  F(X, newton_schulz_many, void, (const NewtonSchulzManyArgs& a), (a), own, own)
 
 // Every op: X(name, R, (params), (args), cpu, cuda).
 #define CLM_OP_PASS(X, ...) X(__VA_ARGS__)

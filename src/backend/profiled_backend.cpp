@@ -119,6 +119,15 @@ Cost normuon_scale(const NormuonScaleArgs& a) { return per_elem(double(a.rows) *
 Cost newton_schulz(const float*, float*, int64_t rows, int64_t cols, const NsSchedule& sched, MatPrec prec) {
   return newton_schulz(rows, cols, int(sched.steps.size()), prec);
 }
+Cost newton_schulz_many(const NewtonSchulzManyArgs& a) {
+  Cost c{0, 0};
+  for (int i = 0; i < a.count; ++i) {
+    const Cost one = newton_schulz(a.rows[i], a.cols[i], int(a.sched->steps.size()), a.prec);
+    c.flops += one.flops;
+    c.bytes += one.bytes;
+  }
+  return c;
+}
 
 }  // namespace op_cost
 

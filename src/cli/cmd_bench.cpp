@@ -295,14 +295,97 @@ void run_bench_attention(const AttnArgs& a) {
 }
 
 struct NsArgs {
-  std::string device = "auto", precision = "auto", coeffs = "quintic";
+  std::string device = "auto", precision = "auto", coeffs = "quintic", shapes;
   int64_t rows = 512, cols = 2048;
-  int steps = 5, reps = 5, threads = 0;
-  bool json = false;
+  int steps = 5, reps = 5, threads = 0, copies = 1;
+  bool json = false, one_by_one = false;
 };
+
+// "192x576,192x768" -> {{192, 576}, {192, 768}}; throws Error on anything else.
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    long long r = 0, c = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lld%c", &r, &c, &tail) != 2 || r <= 0 || c <= 0)
+      fail("bench ns: --shapes item '{}' is not ROWSxCOLS (e.g. 192x768)", item);
+    out.emplace_back(r, c);
+    at = end + 1;
+  }
+  return out;
+}
+
+// Newton-Schulz over several matrices (--shapes, each --copies times): one newton_schulz_many call,
+// or with --one-by-one one newton_schulz per matrix (what the optimizer did before batching).
+void run_bench_ns_many(const NsArgs& a) {
+  if (a.steps <= 0 || a.reps <= 0 || a.copies <= 0) fail("bench ns: steps, reps and copies must be positive");
+  const int threads = a.threads > 0 ? a.threads : default_threads();
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
+  const MatPrec prec = resolve_precision(a.precision, *be);
+  const NsSchedule sched = ns_schedule(a.coeffs, a.steps);
+  std::vector<int64_t> rows, cols, off;
+  int64_t total = 0;
+  double flops = 0;
+  for (int k = 0; k < a.copies; ++k)
+    for (auto [r, c] : parse_shapes(a.shapes)) {
+      rows.push_back(r);
+      cols.push_back(c);
+      off.push_back(total);
+      total += r * c;
+      const double s = double(std::min(r, c)), l = double(std::max(r, c));
+      flops += a.steps * (4.0 * s * s * l + 2.0 * s * s * s);
+    }
+  DeviceBuffer g(*be, size_t(total) * 4), out(*be, size_t(total) * 4);
+  std::vector<float> host(static_cast<size_t>(total));
+  Rng rng(3);
+  for (float& v : host) v = rng.normal();
+  be->to_device(g.as<float>(), host.data(), host.size() * 4);
+  std::vector<const float*> in;
+  std::vector<float*> outs;
+  for (int64_t o : off) {
+    in.push_back(g.as<float>() + o);
+    outs.push_back(out.as<float>() + o);
+  }
+  auto run = [&] {
+    if (a.one_by_one) {
+      for (size_t i = 0; i < rows.size(); ++i) be->newton_schulz(in[i], outs[i], rows[i], cols[i], sched, prec);
+    } else {
+      be->newton_schulz_many({.count = int(rows.size()), .G = in.data(), .out = outs.data(), .rows = rows.data(),
+                              .cols = cols.data(), .sched = &sched, .prec = prec});
+    }
+  };
+  auto timer = be->timer();
+  run();  // warm-up
+  double best = 1e30, sum = 0;
+  for (int r = 0; r < a.reps; ++r) {
+    timer->start();
+    run();
+    const double dt = timer->stop();
+    best = std::min(best, dt);
+    sum += dt;
+  }
+  const char* mode = a.one_by_one ? "one-by-one" : "batched";
+  if (a.json) {
+    nlohmann::json j = {{"bench", "newton_schulz_many"}, {"shapes", a.shapes}, {"copies", a.copies},
+                        {"matrices", rows.size()}, {"mode", mode}, {"steps", a.steps},
+                        {"precision", prec_name(prec)}, {"threads", threads}, {"ms_best", best * 1e3},
+                        {"ms_mean", sum / a.reps * 1e3}, {"gflops", flops / best / 1e9}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench ns  %zu matrices (%s x%d)  %s  steps=%d  precision=%s  threads=%d  best %.2f ms  mean %.2f ms  "
+              "%.1f GFLOP/s\n",
+              rows.size(), a.shapes.c_str(), a.copies, mode, a.steps, prec_name(prec), threads, best * 1e3,
+              sum / a.reps * 1e3, flops / best / 1e9);
+}
 
 // Newton-Schulz alone on one matrix shape: Muon's cost per matrix and step, and its GFLOP/s.
 void run_bench_ns(const NsArgs& a) {
+  if (!a.shapes.empty()) return run_bench_ns_many(a);
   if (a.rows <= 0 || a.cols <= 0 || a.steps <= 0 || a.reps <= 0) fail("bench ns: rows, cols, steps and reps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
   std::shared_ptr<Backend> be = make_backend(a.device);
@@ -388,7 +471,7 @@ void register_bench_commands(CLI::App& app) {
   at->add_option("--device", aa->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   at->callback([aa] { run_bench_attention(*aa); });
   auto na = std::make_shared<NsArgs>();
-  auto* ns = bench->add_subcommand("ns", "time Muon's Newton-Schulz orthogonalisation of one matrix");
+  auto* ns = bench->add_subcommand("ns", "time Muon's Newton-Schulz orthogonalisation of one matrix (or several: --shapes)");
   ns->add_option("--rows", na->rows, "matrix rows")->capture_default_str();
   ns->add_option("--cols", na->cols, "matrix columns")->capture_default_str();
   ns->add_option("--steps", na->steps, "iterations")->capture_default_str();
@@ -397,6 +480,12 @@ void register_bench_commands(CLI::App& app) {
   ns->add_option("--reps", na->reps, "timed repetitions")->capture_default_str();
   ns->add_option("--threads", na->threads, "worker threads (0 = default)");
   ns->add_option("--device", na->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
+  ns->add_option("--shapes", na->shapes,
+                 "several matrices, ROWSxCOLS,... (e.g. speedrun-10m's 576x192,192x192,768x192,192x768), timed "
+                 "as one batched call; --rows/--cols ignored");
+  ns->add_option("--copies", na->copies, "with --shapes: each shape this many times (e.g. the layer count)")
+      ->capture_default_str();
+  ns->add_flag("--one-by-one", na->one_by_one, "with --shapes: one call per matrix instead of one batched call");
   ns->add_flag("--json", na->json, "print one JSON object");
   ns->callback([na] { run_bench_ns(*na); });
 }

@@ -10,6 +10,11 @@
 // parameters are then all-gathered. The gradient norm is combined from per-parameter partial sums
 // in parameter order, so it is the unsharded norm to the bit; with two ranks each gradient element
 // is the same two-term sum either way, so sharded training equals unsharded training bit for bit.
+//
+// Muon per group: the momentum of every owned matrix into its own slice of one scratch buffer,
+// then one newton_schulz_many over all of them (a backend can orthogonalise many small matrices
+// side by side, which one-at-a-time calls would leave it no room to do), then NorMuon and the
+// update per matrix. Groups too large for one scratch buffer go in batches (kMuonBatchFloats).
 #include "optim/optim.h"
 
 #include <algorithm>
@@ -54,6 +59,11 @@ constexpr const char* kStateMagic = kOptimStateMagic;
 // FLOPs plus memory traffic weighted by a matmul-rate-to-bandwidth ratio typical of a CPU (tens of
 // FLOPs per byte; a GPU's is higher). Only the balance depends on it, never the result.
 constexpr double kFlopsPerByte = 50;
+
+// Floats of Muon update a batch holds at most (unless one matrix alone is larger): the scratch is
+// two such buffers, so a small model's whole group fits in one batch while a large model's
+// scratch stays a bounded fraction of its memory.
+constexpr int64_t kMuonBatchFloats = int64_t(1) << 24;
 
 }  // namespace
 
@@ -104,7 +114,11 @@ struct OptimizerImpl {
   std::vector<OptState> states;
   DeviceBuffer storage;            // all moments, one device allocation
   int64_t storage_n = 0;           // floats in storage
-  DeviceBuffer scratch_u, scratch_o;  // Muon: momentum-mixed update, its orthogonalisation
+  DeviceBuffer scratch_u, scratch_o;  // Muon: momentum-mixed updates, their orthogonalisations
+  // Per group, the owned Muon states (indices into states) in batches; each batch's updates lie
+  // side by side in the scratch buffers, in this order.
+  std::vector<std::vector<size_t>> muon_batches[4];
+  bool ns_batched = true;          // one newton_schulz_many per batch, else one newton_schulz each
   int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
   Profiler* prof = nullptr;
 
@@ -119,6 +133,32 @@ struct OptimizerImpl {
   int64_t bucket = int64_t(1) << 22;  // floats per collective call
   std::vector<float> gathered;     // the whole state after gather_state()
   bool gathered_fresh = false;     // no step since gather_state()
+
+  // A batch's matrices laid out in the scratch buffers: update u[j] and its orthogonalisation o[j]
+  // for batch[j], at the same offset in scratch_u and scratch_o.
+  struct MuonBatch {
+    std::vector<const float*> g;  // u as the op's inputs
+    std::vector<float*> u, o;
+    std::vector<int64_t> rows, cols;
+    int64_t total = 0;  // floats
+    NewtonSchulzManyArgs args(const NsSchedule& sched, MatPrec prec) const {
+      return {.count = int(u.size()), .G = g.data(), .out = o.data(), .rows = rows.data(), .cols = cols.data(),
+              .sched = &sched, .prec = prec};
+    }
+  };
+  MuonBatch muon_batch(const std::vector<size_t>& batch) const {
+    MuonBatch mb;
+    for (size_t i : batch) {
+      const OptState& st = states[i];
+      mb.u.push_back(scratch_u.as<float>() + mb.total);
+      mb.g.push_back(mb.u.back());
+      mb.o.push_back(scratch_o.as<float>() + mb.total);
+      mb.rows.push_back(st.rows);
+      mb.cols.push_back(st.cols);
+      mb.total += st.n;
+    }
+    return mb;
+  }
 
   int64_t own_state_begin() const { return sharded ? state_bounds[size_t(comm->rank())] : 0; }
 
@@ -218,9 +258,29 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
   }
   s.storage = DeviceBuffer(*s.be, size_t(std::max<int64_t>(total, 1)) * 4);
   s.bind_storage();
-  s.scratch_u = DeviceBuffer(*s.be, size_t(std::max<int64_t>(max_muon, 1)) * 4);
-  s.scratch_o = DeviceBuffer(*s.be, size_t(std::max<int64_t>(max_muon, 1)) * 4);
+  // Batches in parameter order, cut where the next matrix would pass the cap.
+  const int64_t cap = std::max(max_muon, kMuonBatchFloats);
+  int64_t scratch = 1;
+  for (int gi = 0; gi < 4; ++gi) {
+    int64_t fill = 0;
+    for (size_t i = 0; i < s.states.size(); ++i) {
+      const OptState& st = s.states[i];
+      if (st.group != gi || !st.muon || !st.owned) continue;
+      auto& b = s.muon_batches[gi];
+      if (b.empty() || fill + st.n > cap) {
+        b.emplace_back();
+        fill = 0;
+      }
+      b.back().push_back(i);
+      fill += st.n;
+      scratch = std::max(scratch, fill);
+    }
+  }
+  s.scratch_u = DeviceBuffer(*s.be, size_t(scratch) * 4);
+  s.scratch_o = DeviceBuffer(*s.be, size_t(scratch) * 4);
 }
+
+void Optimizer::set_batched_ns(bool on) { impl->ns_batched = on; }
 
 bool Optimizer::sharded() const { return impl->sharded; }
 const std::vector<int64_t>& Optimizer::shard_bounds() const { return impl->bounds; }
@@ -283,6 +343,17 @@ std::string Optimizer::group_of(const std::string& param_name) const {
 
 void Optimizer::warmup() {
   OptimizerImpl& s = *impl;
+  if (s.ns_batched) {
+    // The batches step() will run, on zeros: a backend that deals a batch's matrices to threads
+    // deals them the same way each time, so each thread builds the primitives it will use.
+    for (int gi = 0; gi < 4; ++gi)
+      for (const std::vector<size_t>& batch : s.muon_batches[gi]) {
+        const auto mb = s.muon_batch(batch);
+        s.be->zero(s.scratch_u.as<float>(), sizeof(float) * size_t(mb.total));
+        s.be->newton_schulz_many(mb.args(s.ns_sched[gi], s.ns_prec[gi]));
+      }
+    return;
+  }
   std::vector<std::tuple<int64_t, int64_t, int, std::string, MatPrec>> done;
   for (const OptState& st : s.states) {
     if (!st.muon || !st.owned) continue;
@@ -352,30 +423,38 @@ float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_overri
                               .v = st.v, .hyper = hyper});
     } else {
       const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
-      for (const OptState& st : s.states) {
-        if (st.group != gi || !st.owned) continue;
+      for (const std::vector<size_t>& batch : s.muon_batches[gi]) {
+        const auto mb = s.muon_batch(batch);
         {
           ProfRegion pr(s.prof, "muon.momentum", "optim");
-          s.be->muon_momentum({.n = st.n, .grad = st.p->grad, .gscale = gscale, .mu = mu, .nesterov = g.nesterov,
-                              .buf = st.m, .u = s.scratch_u.as<float>()});
+          for (size_t j = 0; j < batch.size(); ++j) {
+            const OptState& st = s.states[batch[j]];
+            s.be->muon_momentum({.n = st.n, .grad = st.p->grad, .gscale = gscale, .mu = mu,
+                                 .nesterov = g.nesterov, .buf = st.m, .u = mb.u[j]});
+          }
         }
         {
           ProfRegion pr(s.prof, "muon.newton_schulz", "optim");
-          s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols, s.ns_sched[gi],
-                              s.ns_prec[gi]);
+          if (s.ns_batched) {
+            s.be->newton_schulz_many(mb.args(s.ns_sched[gi], s.ns_prec[gi]));
+          } else {
+            for (size_t j = 0; j < batch.size(); ++j)
+              s.be->newton_schulz(mb.u[j], mb.o[j], mb.rows[j], mb.cols[j], s.ns_sched[gi], s.ns_prec[gi]);
+          }
         }
-        if (st.normuon) {
-          ProfRegion pr(s.prof, "muon.normuon", "optim");
-          s.be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = s.scratch_o.as<float>(), .v = st.v,
-                               .beta2 = g.beta2, .eps = g.eps});
-        }
-        {
+        for (size_t j = 0; j < batch.size(); ++j) {
+          const OptState& st = s.states[batch[j]];
+          if (st.normuon) {
+            ProfRegion pr(s.prof, "muon.normuon", "optim");
+            s.be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = mb.o[j], .v = st.v, .beta2 = g.beta2,
+                                 .eps = g.eps});
+          }
           ProfRegion pr(s.prof, "muon.apply", "optim");
           // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
           // the per-element update RMS comparable for tall matrices.
           const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
-          s.be->muon_apply({.n = st.n, .p = st.p->data, .o = s.scratch_o.as<float>(), .lr = lr, .scale = scale, .wd = wd,
-                           .cautious = g.cautious_wd});
+          s.be->muon_apply({.n = st.n, .p = st.p->data, .o = mb.o[j], .lr = lr, .scale = scale, .wd = wd,
+                            .cautious = g.cautious_wd});
         }
       }
     }

@@ -44,6 +44,10 @@ struct Optimizer {
   // Builds the Newton-Schulz matmul primitives for every Muon shape (one-time JIT cost, kept out of
   // the training budget). Touches no parameter or optimizer state.
   void warmup();
+  // Muon's Newton-Schulz as one newton_schulz_many call per batch of a group's matrices (the
+  // default), or one newton_schulz call per matrix (the comparison the tests and benches make).
+  // Call before warmup().
+  void set_batched_ns(bool on);
   // The whole state (moments, step counts), whatever the sharding; load() keeps this rank's share,
   // so a checkpoint resumes with any number of ranks. Sharded: save() needs gather_state() first.
   void save(std::ostream& out) const;

@@ -242,6 +242,10 @@ class CpuBackend final : public Backend {
     std::lock_guard<std::mutex> lock(ns_mu_);
     ns_.run(G, out, rows, cols, sched, prec == MatPrec::BF16);
   }
+  void newton_schulz_many(const NewtonSchulzManyArgs& a) override {
+    std::lock_guard<std::mutex> lock(ns_mu_);
+    ns_.run_many(a.G, a.out, a.rows, a.cols, a.count, *a.sched, a.prec == MatPrec::BF16);
+  }
 
  private:
   template <typename OutT>

@@ -7,15 +7,26 @@
 // makes Muon affordable on this CPU: bf16 matmuls run ~2x faster than fp32 through AVX512_BF16.
 // The matmuls run on the backend's shared oneDNN engine and stream (dnnl_context.h); the bf16
 // copies come from the dispatched f32_to_bf16 (the conversion instruction where the CPU has one).
+//
+// Many matrices at once (run_many): a small model's matrices (192 x 768 and the like) give each
+// matmul too little work to split over threads: the fork/join and thin per-thread tiles cost more
+// than they save. So the small ones are dealt whole to the OpenMP threads, largest first onto the
+// least loaded thread, and each thread runs its matrices' iterations single-threaded with its own
+// scratch, primitives (built for one thread) and oneDNN stream; a matrix large enough that its own
+// matmuls split well runs alone on every thread, as run() does.
 #include "backend/cpu/newton_schulz.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
 #include <dnnl.hpp>
+#include <omp.h>
 
 #include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/matmul.h"
@@ -33,6 +44,10 @@ struct NewtonSchulzImpl {
   std::map<Key, dnnl::matmul> cache;
   std::vector<float> X, Y, A, B;       // fp32 state and scratch
   std::vector<bf16> Xh, Ah;            // bf16 copies
+  // The stream its primitives run on: the backend's shared one, or (a worker of run_many, whose
+  // threads run primitives at the same time) its own.
+  std::unique_ptr<dnnl::stream> own_stream;
+  dnnl::stream& stream() { return own_stream ? *own_stream : cpu_stream(); }
 
   dnnl::matmul& get(int64_t M, int64_t K, int64_t N, bool transB, float alpha, float beta, bool bf16) {
     Key key{M, K, N, transB, alpha, beta, bf16};
@@ -65,8 +80,8 @@ struct NewtonSchulzImpl {
     dnnl::memory bm({{K, N}, in, transB ? dnnl::memory::dims{1, K} : dnnl::memory::dims{N, 1}}, eng,
                     const_cast<void*>(b));
     dnnl::memory cm({{M, N}, dt::f32, dnnl::memory::dims{N, 1}}, eng, c);
-    prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    cpu_stream().wait();
+    prim.execute(stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream().wait();
   }
 };
 
@@ -107,7 +122,20 @@ static void small_newton_schulz(std::vector<float>& X, std::vector<float>& Y, st
   }
 }
 
-NewtonSchulz::NewtonSchulz() : impl(std::make_unique<NewtonSchulzImpl>()) {}
+// A worker of run_many: one per OpenMP thread, each with its own scratch, primitive cache and stream.
+struct NewtonSchulzWorkers {
+  std::vector<std::unique_ptr<NewtonSchulzImpl>> w;
+  NewtonSchulzImpl& at(size_t i) {
+    while (w.size() <= i) {
+      w.push_back(std::make_unique<NewtonSchulzImpl>());
+      w.back()->own_stream = std::make_unique<dnnl::stream>(cpu_engine());
+    }
+    return *w[i];
+  }
+};
+
+NewtonSchulz::NewtonSchulz()
+    : impl(std::make_unique<NewtonSchulzImpl>()), workers(std::make_unique<NewtonSchulzWorkers>()) {}
 NewtonSchulz::~NewtonSchulz() = default;
 NewtonSchulz::NewtonSchulz(NewtonSchulz&&) noexcept = default;
 NewtonSchulz& NewtonSchulz::operator=(NewtonSchulz&&) noexcept = default;
@@ -119,7 +147,11 @@ double NewtonSchulz::flops(int64_t rows, int64_t cols, int steps) {
 
 void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                        bool bf16) {
-  NewtonSchulzImpl& s = *impl;
+  run_on(*impl, G, out, rows, cols, sched, bf16);
+}
+
+void NewtonSchulz::run_on(NewtonSchulzImpl& s, const float* G, float* out, int64_t rows, int64_t cols,
+                          const NsSchedule& sched, bool bf16) {
   // Without bf16 matmuls in oneDNN (CPUs without AVX-512) the iteration runs in fp32: widening bf16
   // copies back to fp32 would cost the same and only lose precision.
   bf16 = bf16 && cpu_has_bf16_matmul();
@@ -171,6 +203,68 @@ void NewtonSchulz::run(const float* G, float* out, int64_t rows, int64_t cols, c
   } else {
     std::memcpy(out, s.X.data(), sizeof(float) * n);
   }
+}
+
+bool NewtonSchulz::threaded(int64_t rows, int64_t cols) const {
+  const int64_t a = std::min(rows, cols), b = std::max(rows, cols);
+  return a * a * b >= threaded_from;
+}
+
+std::vector<std::vector<int>> NewtonSchulz::deal(const std::vector<double>& cost, int nthr) {
+  std::vector<int> order(cost.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost[size_t(x)] > cost[size_t(y)]; });
+  std::vector<std::vector<int>> out(size_t(std::max(nthr, 1)));
+  std::vector<double> load(out.size(), 0.0);
+  for (int i : order) {
+    const size_t t = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    out[t].push_back(i);
+    load[t] += cost[size_t(i)];
+  }
+  return out;
+}
+
+void NewtonSchulz::run_many(const float* const* G, float* const* out, const int64_t* rows, const int64_t* cols,
+                            int count, const NsSchedule& sched, bool bf16) {
+  const int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
+  std::vector<int> small;
+  for (int i = 0; i < count; ++i) {
+    if (nthr > 1 && !threaded(rows[i], cols[i])) small.push_back(i);
+    else run(G[i], out[i], rows[i], cols[i], sched, bf16);  // its matmuls use every thread
+  }
+  if (small.empty()) return;
+  if (small.size() == 1) {  // nothing to run beside it
+    const int i = small[0];
+    run(G[i], out[i], rows[i], cols[i], sched, bf16);
+    return;
+  }
+  std::vector<double> cost;
+  for (int i : small) cost.push_back(flops(rows[i], cols[i], int(sched.steps.size())));
+  const int team = std::min<int>(nthr, int(small.size()));
+  const std::vector<std::vector<int>> share = deal(cost, team);
+  for (int t = 0; t < team; ++t) workers->at(size_t(t));  // created outside the parallel region
+  std::vector<std::exception_ptr> err(static_cast<size_t>(team));
+#pragma omp parallel num_threads(team)
+  {
+    // One thread for everything this thread calls: the kernels' own parallel loops, and oneDNN,
+    // which builds and runs this worker's primitives for omp_get_max_threads() threads.
+    omp_set_num_threads(1);
+    // Share t goes to thread t; a smaller team than asked for (the runtime may give one) takes
+    // the rest in turn, with the same results.
+    for (int t = omp_get_thread_num(); t < team; t += omp_get_num_threads()) {
+      try {
+        NewtonSchulzImpl& w = *workers->w[size_t(t)];
+        for (int j : share[size_t(t)]) {
+          const int i = small[size_t(j)];
+          run_on(w, G[i], out[i], rows[i], cols[i], sched, bf16);
+        }
+      } catch (...) {
+        err[size_t(t)] = std::current_exception();
+      }
+    }
+  }
+  for (const std::exception_ptr& e : err)
+    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace clm

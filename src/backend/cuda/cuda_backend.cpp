@@ -443,6 +443,11 @@ class CudaBackend final : public Backend {
     cuda::ns_store(st_, X, out, rows, cols, tr);
     launched("newton_schulz");
   }
+  // The matrices share the iteration buffers above, so they run one after another on the stream;
+  // each is a chain of device-wide GEMMs already, with nothing left over for batching to fill.
+  void newton_schulz_many(const NewtonSchulzManyArgs& a) override {
+    for (int i = 0; i < a.count; ++i) newton_schulz(a.G[i], a.out[i], a.rows[i], a.cols[i], *a.sched, a.prec);
+  }
 
  private:
   static constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLASLt workspace
