@@ -43,9 +43,11 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     double budget;
     int64_t batch_tokens;
     const char* batch_schedule;
+    float warmdown_frac, final_lr_frac;
   };
-  for (const Want& w : {Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5"},
-                        Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, ""}}) {
+  for (const Want& w : {Want{"speedrun-5m", 3, 192, 256, 3, 300, 8192, "4096@0.5", 0.25f, 0.1f},
+                        Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5", 0.4f, 0.0f},
+                        Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, "", 0.4f, 0.0f}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;
     EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
@@ -57,7 +59,13 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     EXPECT_EQ(c.train.batch_schedule, std::string(w.batch_schedule)) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
     EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string("polar")) << w.name;
+    EXPECT_EQ(c.train.warmdown_frac, w.warmdown_frac) << w.name;
+    EXPECT_EQ(c.train.final_lr_frac, w.final_lr_frac) << w.name;
+    EXPECT_EQ(preset_made_for_seconds(w.name), w.budget) << w.name;
   }
+  EXPECT_EQ(preset_made_for_seconds("baseline-50m"), 0.0);
+  EXPECT_EQ(preset_made_for_seconds("d4"), 0.0);
+  EXPECT_EQ(preset_made_for_seconds("no-such-preset"), 0.0);
 }
 
 TEST(Config, PresetsAreValid) {

@@ -139,6 +139,16 @@ PlanCandidate make_candidate(RunConfig cfg, bool preset, const PlanOptions& o, c
   return c;
 }
 
+// Whether `p` is `q` but for the end of its schedule (warmup, warmdown, final lr) and its budget:
+// the law tells their variants apart by nothing, so only `q`'s are made.
+static bool same_but_schedule_end(const RunConfig& p, const RunConfig& q) {
+  RunConfig a = p;
+  a.train.warmup_frac = q.train.warmup_frac;
+  a.train.warmdown_frac = q.train.warmdown_frac;
+  a.train.final_lr_frac = q.train.final_lr_frac;
+  return config_hash(a) == config_hash(q);
+}
+
 // The depths of the d<N> rule, then every built-in preset made for this vocabulary (the d<N>
 // presets are the rule's own depths), then the recipe of each preset whose family has runs at the
 // rule's depths within `variant_reach` layers of its own.
@@ -155,7 +165,9 @@ std::vector<PlanCandidate> plan_candidates(const PlanOptions& o, const PlanData&
     try {
       cands.push_back(make_candidate(p, true, o, data, be));
       cands.back().made_for_seconds = preset_made_for_seconds(name);
-      if (model.has_runs(cands.back().family)) recipes.push_back(p);
+      const bool repeats = std::any_of(recipes.begin(), recipes.end(),
+                                       [&](const RunConfig& q) { return same_but_schedule_end(p, q); });
+      if (model.has_runs(cands.back().family) && !repeats) recipes.push_back(p);
     } catch (const Error& e) {  // the overrides do not suit this preset (e.g. its batch schedule)
       if (o.progress) std::fprintf(stderr, "plan: leaving out preset %s: %s\n", name.c_str(), e.what());
     }
