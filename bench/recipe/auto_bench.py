@@ -21,7 +21,7 @@ import recipe  # noqa: E402  (reads RECIPE_RUNS at import)
 
 RUNS = recipe.RUNS
 VOCAB = 8192
-PRESETS = ["d4", "speedrun-10m", "speedrun-30m"]
+PRESETS = ["d4", "speedrun-5m", "speedrun-10m", "speedrun-30m"]
 
 
 def resolved(config):
@@ -77,7 +77,8 @@ def auto_config(budget):
 def contenders(budget):
     """(name, config) of every run at this budget; `auto` maps to a preset with the same config.
     Config files in RUNS/extra/ (e.g. a planner candidate it did not choose) join every budget."""
-    out = [(p, p) for p in PRESETS if p != "speedrun-30m" or budget >= 1200]
+    out = [(p, p) for p in PRESETS
+           if (p != "speedrun-30m" or budget >= 1200) and (p != "speedrun-5m" or budget <= 450)]
     extra = os.path.join(RUNS, "extra")
     if os.path.isdir(extra):
         out += [(f[:-5], os.path.join(extra, f)) for f in sorted(os.listdir(extra)) if f.endswith(".json")]
