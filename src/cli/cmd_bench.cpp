@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 #include "backend/backend.h"
+#include "backend/profiled_backend.h"
 #include "core/profiler.h"
 #include "optim/optim.h"
 #include "train/train_setup.h"
@@ -336,8 +337,7 @@ void run_bench_ns_many(const NsArgs& a) {
       cols.push_back(c);
       off.push_back(total);
       total += r * c;
-      const double s = double(std::min(r, c)), l = double(std::max(r, c));
-      flops += a.steps * (4.0 * s * s * l + 2.0 * s * s * s);
+      flops += op_cost::newton_schulz(r, c, a.steps, prec).flops;
     }
   DeviceBuffer g(*be, size_t(total) * 4), out(*be, size_t(total) * 4);
   std::vector<float> host(static_cast<size_t>(total));
@@ -408,8 +408,7 @@ void run_bench_ns(const NsArgs& a) {
     best = std::min(best, dt);
     sum += dt;
   }
-  const double s = double(std::min(a.rows, a.cols)), l = double(std::max(a.rows, a.cols));
-  const double flops = a.steps * (4.0 * s * s * l + 2.0 * s * s * s);
+  const double flops = op_cost::newton_schulz(a.rows, a.cols, a.steps, prec).flops;
   if (a.json) {
     nlohmann::json j = {{"bench", "newton_schulz"}, {"rows", a.rows}, {"cols", a.cols}, {"steps", a.steps},
                         {"precision", prec_name(prec)}, {"threads", threads}, {"ms_best", best * 1e3},

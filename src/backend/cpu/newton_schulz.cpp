@@ -232,10 +232,8 @@ void NewtonSchulz::run_many(const float* const* G, float* const* out, const int6
     if (nthr > 1 && !threaded(rows[i], cols[i])) small.push_back(i);
     else run(G[i], out[i], rows[i], cols[i], sched, bf16);  // its matmuls use every thread
   }
-  if (small.empty()) return;
-  if (small.size() == 1) {  // nothing to run beside it
-    const int i = small[0];
-    run(G[i], out[i], rows[i], cols[i], sched, bf16);
+  if (small.size() < 2) {  // nothing to run beside it
+    for (int i : small) run(G[i], out[i], rows[i], cols[i], sched, bf16);
     return;
   }
   std::vector<double> cost;
