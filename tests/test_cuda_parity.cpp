@@ -21,6 +21,7 @@
 #include "test_cli_util.h"
 #include "test_run_util.h"
 #include "train/train_step.h"
+#include "test_model_util.h"
 
 using namespace clm;
 
@@ -43,36 +44,13 @@ std::string no_gpu_reason() {
 
 // Every feature that has a kernel of its own: GQA, qk-norm with gains, norm gains, softcap, SwiGLU.
 ModelConfig tiny_model(const std::string& prec, const std::string& act = "swiglu") {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 16;
-  c.mlp_ratio = 4.0f;
+  ModelConfig c = model_test::tiny_config();
   c.activation = act;
   c.norm_gain = true;
   c.qk_norm = true;
-  c.vocab_size = 96;
-  c.seq_len = 32;
   c.zero_init_out = false;  // every matmul carries signal from the first step
   c.matmul_precision = prec;
   return c;
-}
-
-OptimConfig muon(const std::string& ns_prec) {
-  OptimConfig o;
-  o.matrix.ns_precision = ns_prec;
-  o.embed.lr = 0.05f;
-  o.head.lr = 0.01f;
-  return o;
-}
-
-std::vector<int32_t> tokens(size_t n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(r.next() % uint64_t(V));
-  return t;
 }
 
 struct TrainRun {
@@ -87,9 +65,9 @@ TrainRun train(Backend& be, const std::string& prec, int steps, const std::strin
   ModelConfig mc = tiny_model(prec, act);
   GPT model(mc, B, T, be);
   model.init_weights(5);
-  Optimizer opt(model.params(), muon(prec));
-  auto in = tokens(size_t(accum) * B * T, mc.vocab_size, 11),
-       tg = tokens(in.size(), mc.vocab_size, 12);
+  Optimizer opt(model.params(), model_test::muon_optim(prec));
+  auto in = model_test::random_tokens(size_t(accum) * B * T, mc.vocab_size, 11),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 12);
   TrainRun r;
   for (int s = 0; s < steps; ++s) {
     StepResult sr = train_step(model, &opt, in.data(), tg.data(), accum, B, T,

@@ -25,6 +25,7 @@
 #include "test_cli_util.h"
 #include "test_run_util.h"
 #include "tok/tokenizer.h"
+#include "test_model_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -98,14 +99,8 @@ double max_abs(const std::vector<float>& a) {
 
 // A tiny model shape; the vocabulary is the tokenizer's plus 3, so the tables have padded rows.
 ModelConfig tiny_model(int tok_vocab) {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.d_model = 64;
-  m.n_head = 2;
-  m.n_kv_head = 2;
-  m.head_dim = 32;
-  m.vocab_size = tok_vocab + 3;
-  m.seq_len = 64;
+  ModelConfig m = model_test::tiny_config(
+      {.n_head = 2, .n_kv_head = 2, .head_dim = 32, .vocab_size = tok_vocab + 3, .seq_len = 64});
   m.matmul_precision = "fp32";
   return m;
 }

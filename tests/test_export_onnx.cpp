@@ -20,6 +20,7 @@
 #include "export/protobuf_writer.h"
 #include "model/gpt.h"
 #include "test_onnx_util.h"
+#include "test_model_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -27,14 +28,8 @@ namespace fs = std::filesystem;
 namespace {
 
 ModelConfig small_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.n_kv_head = 4;
-  c.head_dim = 16;
-  c.vocab_size = 300;  // padded to 320: the padding rows are not exported
-  c.seq_len = 64;
+  // vocab 300 is padded to 320: the padding rows are not exported
+  ModelConfig c = model_test::tiny_config({.n_kv_head = 4, .vocab_size = 300, .seq_len = 64});
   c.zero_init_out = false;
   c.matmul_precision = "fp32";
   return c;

@@ -11,22 +11,17 @@
 
 #include "core/common.h"
 #include "model/gpt.h"
+#include "test_model_util.h"
 
 using namespace clm;
 
 namespace {
 
 ModelConfig tiny(const std::string& act = "relu2") {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 8;
-  c.mlp_ratio = 2.0f;
+  // vocab 37 is padded to 64
+  ModelConfig c = model_test::tiny_config(
+      {.d_model = 32, .head_dim = 8, .mlp_ratio = 2.0f, .vocab_size = 37, .seq_len = 16});
   c.activation = act;
-  c.vocab_size = 37;  // padded to 64
-  c.seq_len = 16;
   c.logit_softcap = 5.0f;
   return c;
 }
@@ -38,12 +33,7 @@ double mtp_loss_of(const GPT& m) {
   return 0.0;
 }
 
-std::vector<int32_t> tokens(int n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(r.next() % V);
-  return t;
-}
+std::vector<int32_t> tokens(int n, int V, uint64_t seed) { return model_test::random_tokens(size_t(n), V, seed); }
 
 }  // namespace
 

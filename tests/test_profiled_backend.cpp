@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "test_model_util.h"
 
 using namespace clm;
 
@@ -26,15 +27,9 @@ std::vector<const OpEvent*> op_events(const Profiler& p) {
 }
 
 ModelConfig small_model() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 8;
-  c.mlp_ratio = 2.0f;
-  c.vocab_size = 37;  // padded to 64
-  c.seq_len = 16;
+  // vocab 37 is padded to 64
+  ModelConfig c = model_test::tiny_config(
+      {.d_model = 32, .head_dim = 8, .mlp_ratio = 2.0f, .vocab_size = 37, .seq_len = 16});
   c.logit_softcap = 5.0f;
   return c;
 }

@@ -9,22 +9,17 @@
 #include "model/gpt.h"
 #include "backend/cpu/matmul.h"
 #include "core/common.h"
+#include "test_model_util.h"
 
 using namespace clm;
 
 namespace {
 
 ModelConfig tiny_config(const std::string& act = "relu2", bool gain = false) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.n_kv_head = 2;  // grouped-query attention
-  c.head_dim = 16;
+  // grouped-query attention; vocab 100 is padded to 128: padding must never be sampled
+  ModelConfig c = model_test::tiny_config({.vocab_size = 100, .seq_len = 48});
   c.activation = act;
   c.norm_gain = gain;
-  c.vocab_size = 100;  // padded to 128: padding must never be sampled
-  c.seq_len = 48;
   c.init_std = 0.5f;   // large weights: distinct logits, no near-ties for argmax
   c.zero_init_out = false;
   return c;

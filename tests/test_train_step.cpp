@@ -14,39 +14,17 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "train/train_step.h"
+#include "test_model_util.h"
 
 using namespace clm;
 
 namespace {
 
 ModelConfig small_model(const std::string& prec) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.d_model = 64;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.head_dim = 16;
-  c.mlp_ratio = 4.0f;
-  c.vocab_size = 96;
-  c.seq_len = 32;
+  ModelConfig c = model_test::tiny_config();
   c.zero_init_out = false;  // every matmul carries signal from the first step
   c.matmul_precision = prec;
   return c;
-}
-
-OptimConfig muon_optim(const std::string& ns_prec) {
-  OptimConfig o;
-  o.matrix.ns_precision = ns_prec;
-  o.embed.lr = 0.05f;
-  o.head.lr = 0.01f;
-  return o;
-}
-
-std::vector<int32_t> tokens(size_t n, int V, uint64_t seed) {
-  Rng r(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(r.next() % uint64_t(V));
-  return t;
 }
 
 struct Curve {
@@ -60,8 +38,9 @@ Curve three_steps(const std::string& prec) {
   ModelConfig mc = small_model(prec);
   GPT model(mc, B, T);
   model.init_weights(5);
-  Optimizer opt(model.params(), muon_optim(prec));
-  auto in = tokens(size_t(accum) * B * T, mc.vocab_size, 11), tg = tokens(in.size(), mc.vocab_size, 12);
+  Optimizer opt(model.params(), model_test::muon_optim(prec));
+  auto in = model_test::random_tokens(size_t(accum) * B * T, mc.vocab_size, 11),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 12);
   Curve c;
   for (int s = 0; s < 3; ++s) {
     StepResult r = train_step(model, &opt, in.data(), tg.data(), accum, B, T, ScheduleValues{1.0f, 1.0f, 0.9f});
@@ -159,13 +138,14 @@ TEST(TrainStep, BatchedNewtonSchulzTrainsLikeOneMatrixAtATime) {
     mc.head_dim = 32;
     GPT model(mc, B, T);
     model.init_weights(5);
-    OptimConfig oc = muon_optim("bf16");
+    OptimConfig oc = model_test::muon_optim("bf16");
     oc.matrix.ns_coeffs = "polar";
     Optimizer opt(model.params(), oc);
     opt.set_batched_ns(batched);
     opt.warmup();
     Curve c;
-    const auto in = tokens(size_t(B) * T, mc.vocab_size, 11), tg = tokens(in.size(), mc.vocab_size, 12);
+    const auto in = model_test::random_tokens(size_t(B) * T, mc.vocab_size, 11),
+         tg = model_test::random_tokens(in.size(), mc.vocab_size, 12);
     for (int s = 0; s < 20; ++s) {
       StepResult r = train_step(model, &opt, in.data(), tg.data(), 1, B, T, ScheduleValues{1.0f, 1.0f, 0.9f});
       c.loss.push_back(r.loss);
@@ -188,11 +168,12 @@ TEST(TrainStep, NonFiniteLossThrowsAndLeavesTheWeights) {
   ModelConfig mc = small_model("auto");
   GPT model(mc, B, T);
   model.init_weights(3);
-  Optimizer opt(model.params(), muon_optim("auto"));
+  Optimizer opt(model.params(), model_test::muon_optim("auto"));
   Param& wte = model.params().front();
   std::vector<float> w(size_t(wte.numel()));
   wte.to_host(w.data());
-  auto in = tokens(size_t(B) * T, mc.vocab_size, 1), tg = tokens(in.size(), mc.vocab_size, 2);
+  auto in = model_test::random_tokens(size_t(B) * T, mc.vocab_size, 1),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 2);
   w[size_t(in[0]) * mc.d_model] = std::numeric_limits<float>::quiet_NaN();
   wte.from_host(w.data());
   model.weights_changed();
@@ -208,7 +189,7 @@ TEST(TrainStep, NonFiniteGradientUpdatesNothing) {
   std::vector<float> d(12, 0.5f), g(12, 0.1f);
   Param p{"w", {3, 4}, ParamKind::Matrix, d.data(), g.data(), &cpu_backend()};
   std::vector<Param> params{p};
-  Optimizer opt(params, muon_optim("fp32"));
+  Optimizer opt(params, model_test::muon_optim("fp32"));
   g[5] = std::numeric_limits<float>::infinity();
   float norm = opt.step(1.0f);
   EXPECT_FALSE(std::isfinite(norm));
