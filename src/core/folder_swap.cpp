@@ -69,9 +69,13 @@ void repair_folder_swap(const fs::path& target) {
 
 namespace {
 
+fs::path lock_path(const fs::path& target) {
+  return target.parent_path() / fmt::format(".{}.lock", target.filename().string());
+}
+
 fs::path make_parent(const fs::path& target) {
   make_dirs(target.parent_path().string());
-  return target.parent_path() / fmt::format(".{}.lock", target.filename().string());
+  return lock_path(target);
 }
 
 }  // namespace
@@ -84,7 +88,8 @@ FolderWrite::FolderWrite(const fs::path& target, const std::string& what)
   repair_folder_swap(target_);
   std::error_code ec;
   fs::remove_all(temp_, ec);  // this pid's own, from a process that had it before
-  cleanup_ = std::make_unique<InterruptCleanup>(temp_.string(), target_.string(), old_.string());
+  cleanup_ = std::make_unique<InterruptCleanup>(temp_.string(), target_.string(), old_.string(),
+                                                lock_path(target_).string());
   if (!fs::create_directory(temp_, ec) || ec)
     fail("cannot create {}: {}", temp_.string(), ec ? ec.message() : "it exists");
 }
@@ -117,7 +122,6 @@ void FolderWrite::commit() {
   }
   committed_ = true;
   sync_folder(target_.parent_path());
-  cleanup_.reset();
 }
 
 }  // namespace clm

@@ -34,6 +34,7 @@ struct Slot {
   char temp[kPathMax];
   char target[kPathMax];
   char old[kPathMax];
+  char lock[kPathMax];
 };
 Slot g_slots[kSlots];
 std::mutex g_register_mutex;
@@ -95,6 +96,7 @@ void tidy_slot(Slot& s) {
     else remove_tree_signal_safe(s.old);                          // the new folder is in place
   }
   remove_tree_signal_safe(s.temp);
+  ::unlink(s.lock);  // as FileLock's release does; the kernel drops the flock itself at exit
 }
 
 extern "C" void on_interrupt(int sig) {
@@ -134,7 +136,8 @@ void copy_path(char (&dst)[kPathMax], const std::string& src) {
 
 void remove_tree_signal_safe(const char* path) { remove_at(AT_FDCWD, path, 0); }
 
-InterruptCleanup::InterruptCleanup(const std::string& temp, const std::string& target, const std::string& old) {
+InterruptCleanup::InterruptCleanup(const std::string& temp, const std::string& target, const std::string& old,
+                                   const std::string& lock) {
   install_handler();
   std::lock_guard<std::mutex> lock(g_register_mutex);
   for (int i = 0; i < kSlots; ++i) {
@@ -143,6 +146,7 @@ InterruptCleanup::InterruptCleanup(const std::string& temp, const std::string& t
     copy_path(s.temp, temp);
     copy_path(s.target, target);
     copy_path(s.old, old);
+    copy_path(s.lock, lock);
     s.state.store(kArmed);  // seq_cst: the paths are complete before the handler can see the slot
     slot_ = i;
     return;

@@ -12,8 +12,10 @@ namespace clm {
 class InterruptCleanup {
  public:
   // Registers `temp` for removal on SIGINT/SIGTERM/SIGHUP; `target` and `old` are the swap's
-  // destination and the name its old folder is moved to. Throws Error when too many are registered.
-  InterruptCleanup(const std::string& temp, const std::string& target, const std::string& old);
+  // destination and the name its old folder is moved to; `lock` is a lock file of this process's,
+  // removed last. Throws Error when too many are registered.
+  InterruptCleanup(const std::string& temp, const std::string& target, const std::string& old,
+                   const std::string& lock);
   ~InterruptCleanup();
   InterruptCleanup(const InterruptCleanup&) = delete;
   InterruptCleanup& operator=(const InterruptCleanup&) = delete;
