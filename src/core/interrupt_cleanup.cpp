@@ -139,7 +139,7 @@ void remove_tree_signal_safe(const char* path) { remove_at(AT_FDCWD, path, 0); }
 InterruptCleanup::InterruptCleanup(const std::string& temp, const std::string& target, const std::string& old,
                                    const std::string& lock) {
   install_handler();
-  std::lock_guard<std::mutex> lock(g_register_mutex);
+  std::lock_guard<std::mutex> guard(g_register_mutex);
   for (int i = 0; i < kSlots; ++i) {
     Slot& s = g_slots[i];
     if (s.state.load() != kFree) continue;
