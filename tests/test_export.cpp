@@ -356,15 +356,19 @@ TEST(ExportCli, BadInputsAreOneLineErrorsAndLeaveNothingBehind) {
   refused("--checkpoint " + run + " --format gguf --out " + o, "unknown format");
   refused("--checkpoint " + run + " --format safetensors --dtype fp16 --out " + o, "unknown export dtype");
   EXPECT_FALSE(fs::exists(o));
-  refused("--checkpoint " + run + " --format safetensors --force --out " + run, "holds the checkpoint");
+  refused("--checkpoint " + run + " --format safetensors --force --out " + run, "an input of this command");
   EXPECT_TRUE(fs::exists(dir / "run" / "checkpoints" / "step_00000001.ckpt"));
-  // An existing folder with files is replaced only with --force, and only once the new one is complete.
+  // A folder of someone else's files is never replaced, even with --force.
   fs::create_directories(o);
   atomic_write(o + "/keep.txt", "x");
   refused("--checkpoint " + run + " --format safetensors --out " + o, "--force");
+  refused("--checkpoint " + run + " --format safetensors --out " + o + " --force", "not a folder clocklm exported");
   EXPECT_TRUE(fs::exists(o + "/keep.txt"));
+  fs::remove_all(o);
+  // An earlier export is replaced only with --force, and only once the new one is complete.
+  ASSERT_EQ(run_clocklm("export --checkpoint " + run + " --format safetensors --out " + o, &out), 0) << out;
+  refused("--checkpoint " + run + " --format safetensors --out " + o, "--force");
   ASSERT_EQ(run_clocklm("export --checkpoint " + run + " --format safetensors --out " + o + " --force", &out), 0) << out;
-  EXPECT_FALSE(fs::exists(o + "/keep.txt"));
   for (const char* f : {"model.safetensors", "clocklm_config.json", "clocklm_tokenizer.json"})
     EXPECT_TRUE(fs::exists(fs::path(o) / f)) << f;
   auto cfg = nlohmann::json::parse(read_file(o + "/clocklm_config.json"));

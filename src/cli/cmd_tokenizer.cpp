@@ -24,6 +24,24 @@ namespace clm {
 
 namespace fs = std::filesystem;
 
+// `tokenizer export` writes tokenizer.json (and tokenizer_config.json) into --out, replacing files
+// of those names; it refuses a folder where they belong to something else: a prepared dataset, a
+// run, or the tokenizer being read.
+static void refuse_foreign_tokenizer_folder(const std::string& out, const std::string& input) {
+  const fs::path o(out);
+  std::error_code ec;
+  if (!fs::is_directory(o, ec)) return;
+  const char* kind = fs::exists(o / "manifest.json", ec) ? "a dataset folder"
+                     : fs::exists(o / "run.json", ec)    ? "a run folder"
+                                                          : nullptr;
+  if (kind)
+    fail("tokenizer export: --out {} is {}; its tokenizer.json is not this command's to replace (choose another "
+         "folder)", out, kind);
+  for (const fs::path& f : {o, o / "tokenizer.json", o / "tokenizer_config.json"})
+    if (fs::exists(f, ec) && fs::equivalent(f, input, ec))
+      fail("tokenizer export: --out {} holds {}, the tokenizer being read; choose another folder", out, input);
+}
+
 // Training documents from files, folders or globs (the shared corpus reader), up to max_chars bytes.
 static void read_training_text(const std::vector<std::string>& inputs, int64_t max_chars,
                                const std::string& text_column, std::vector<std::string>& docs, int64_t& bytes) {
@@ -193,6 +211,7 @@ void register_tokenizer_commands(CLI::App& app) {
   exp->callback([ea] {
     if (ea->format != "hf" && ea->format != "clocklm") fail("tokenizer export: --format must be hf or clocklm");
     Tokenizer t = Tokenizer::load(ea->path, ea->load.options());
+    refuse_foreign_tokenizer_folder(ea->out, ea->path);
     if (ea->format == "hf") {
       write_hf_tokenizer(t, ea->out);
     } else {

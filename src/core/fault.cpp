@@ -1,6 +1,7 @@
 // Fault injection (see fault.h): parses CLOCKLM_FAULT once and counts the points it names.
 #include "core/fault.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +21,18 @@ struct Fault {
   std::string kind, pattern;
   long at = 0, seen = 0;
 };
+
+bool is_write_kind(const std::string& k) {
+  return k == "kill-in-write" || k == "slow-write" || k == "signal-in-write" || k == "interrupt-in-write";
+}
+
+bool is_count_kind(const std::string& k) {
+  return k == "nan-loss" || k == "kill-at-step" || k == "signal-at-step" || k == "hang-at-step" ||
+         k == "kill-in-swap" || k == "signal-in-swap";
+}
+
+// To this thread, so its handler runs here, before the faulty code goes on.
+void signal_self(int sig) { ::pthread_kill(::pthread_self(), sig); }
 
 std::vector<Fault>& faults() {
   static std::vector<Fault> list;
@@ -45,12 +58,10 @@ std::vector<Fault>& faults() {
       Fault f;
       size_t c1 = item.find(':'), c2 = item.rfind(':');
       f.kind = item.substr(0, c1);
-      if ((f.kind == "kill-in-write" || f.kind == "slow-write") && c1 != c2) {
+      if (is_write_kind(f.kind) && c1 != c2) {
         f.pattern = item.substr(c1 + 1, c2 - c1 - 1);
         f.at = std::atol(item.c_str() + c2 + 1);
-      } else if ((f.kind == "nan-loss" || f.kind == "kill-at-step" || f.kind == "signal-at-step" ||
-                  f.kind == "hang-at-step") &&
-                 c1 != std::string::npos) {
+      } else if (is_count_kind(f.kind) && c1 != std::string::npos) {
         f.at = std::atol(item.c_str() + c1 + 1);
       } else {
         // A test that misspells its fault would silently test nothing.
@@ -70,6 +81,8 @@ void fault_point_write(std::string_view path) {
     if (path.find(f.pattern) == std::string_view::npos) continue;
     if (f.kind == "kill-in-write" && ++f.seen == f.at) ::kill(::getpid(), SIGKILL);
     if (f.kind == "slow-write") ::usleep(useconds_t(f.at) * 1000);  // a slow disk
+    if (f.kind == "signal-in-write" && ++f.seen == f.at) signal_self(SIGTERM);
+    if (f.kind == "interrupt-in-write" && ++f.seen == f.at) signal_self(SIGINT);
   }
 }
 
@@ -79,6 +92,13 @@ void fault_point_step() {
     if (f.kind == "signal-at-step" && ++f.seen == f.at) ::kill(::getpid(), SIGTERM);
     if (f.kind == "hang-at-step" && ++f.seen == f.at)
       for (;;) ::pause();  // alive but stuck, as a deadlocked rank would be
+  }
+}
+
+void fault_point_swap() {
+  for (Fault& f : faults()) {
+    if (f.kind == "kill-in-swap" && ++f.seen == f.at) ::kill(::getpid(), SIGKILL);
+    if (f.kind == "signal-in-swap" && ++f.seen == f.at) signal_self(SIGTERM);
   }
 }
 

@@ -2,11 +2,9 @@
 // --tokenizer-max-chars of training text for the BPE trainer (skipped with --tokenizer), the
 // second streams every document through the tokenizer into shards. A reader thread decompresses
 // and parses while the main thread encodes batches of documents on all cores. Everything is
-// written into a hidden temp folder next to --out and renamed into place at the very end.
+// written into a hidden temp folder next to --out and swapped into place at the very end
+// (FolderWrite, core/folder_swap.h).
 #include "data/prepare.h"
-
-#include <signal.h>
-#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -20,7 +18,8 @@
 #include <utility>
 
 #include "core/common.h"
-#include "core/file_lock.h"
+#include "core/folder_guard.h"
+#include "core/folder_swap.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/preset.h"
@@ -122,33 +121,6 @@ std::string mb(double bytes) { return fmt::format("{:.1f} MB", bytes / 1e6); }
 
 void say(const PrepareOptions& opt, const std::string& s) {
   if (!opt.quiet) std::fprintf(stderr, "prepare: %s\n", s.c_str());
-}
-
-// Removes the temp folder unless released (on success it has been renamed into place).
-struct TempDir {
-  std::string path;
-  bool keep = false;
-  ~TempDir() {
-    if (!keep && !path.empty()) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  }
-};
-
-// Left-over temp folders of prepares that were killed (their pid is gone).
-void remove_stale_partials(const fs::path& parent, const std::string& name) {
-  std::error_code ec;
-  std::string prefix = "." + name + ".partial-";
-  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::string f = it->path().filename().string();
-    if (f.rfind(prefix, 0) != 0) continue;
-    int pid = std::atoi(f.c_str() + prefix.size());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-      std::error_code ec2;
-      fs::remove_all(it->path(), ec2);
-    }
-  }
 }
 
 // One split's shards being written.
@@ -560,19 +532,15 @@ nlohmann::json make_manifest(const PrepareOptions& opt, const PrepareSpec& s, co
           {"tokenize_seconds", m.tokenize_seconds}};
 }
 
-// The finished temp folder replaces --out (an old one is moved aside first, then removed).
-void move_into_place(TempDir& tmp, const fs::path& out, const std::string& shown) {
+// A non-empty --out about to be replaced must not hold what this preparation reads, nor be the
+// current folder (existing_preparation has already refused folders that are not datasets).
+void refuse_replacing_inputs(const PrepareOptions& opt, const PrepareSpec& s, const fs::path& out) {
   std::error_code ec;
-  std::string old_dir;
-  if (fs::exists(out, ec)) {
-    old_dir = (out.parent_path() / ("." + out.filename().string() + ".old-" + std::to_string(getpid()))).string();
-    fs::rename(out, old_dir, ec);
-    if (ec) fail("prepare: cannot move the old {} aside: {}", shown, ec.message());
-  }
-  fs::rename(tmp.path, out, ec);
-  if (ec) fail("prepare: cannot rename {} to {}: {}", tmp.path, out.string(), ec.message());
-  tmp.keep = true;
-  if (!old_dir.empty()) fs::remove_all(old_dir, ec);
+  if (!fs::exists(out, ec) || fs::is_empty(out, ec)) return;
+  std::vector<std::string> inputs = s.train_src.files;
+  inputs.insert(inputs.end(), s.val_src.files.begin(), s.val_src.files.end());
+  inputs.push_back(opt.tokenizer);
+  refuse_unsafe_target("prepare", opt.out, out, inputs);
 }
 
 void report_skipped(const PrepareOptions& opt, const ReadTotals& t) {
@@ -607,21 +575,14 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
 
   fs::path out = fs::absolute(fs::path(opt.out)).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();
-  const fs::path parent = out.parent_path();
-  make_dirs(parent.string());
-  // Beside the folder, not in it: the folder itself is replaced by a rename at the end.
-  const FileLock out_lock((parent / ("." + out.filename().string() + ".lock")).string(),
-                          "dataset folder " + opt.out);
+  // The lock and the temp folder are beside --out, not in it: --out is swapped in whole at the end.
+  FolderWrite write(out, "dataset folder " + opt.out);
   if (std::optional<nlohmann::json> done = existing_preparation(out, opt, m.key)) {
     say(opt, fmt::format("{} is already prepared from the same inputs and parameters; nothing to do", opt.out));
     return {true, *done};
   }
-
-  remove_stale_partials(parent, out.filename().string());
-  TempDir tmp{(parent / ("." + out.filename().string() + ".partial-" + std::to_string(getpid()))).string()};
-  std::error_code ec;
-  fs::remove_all(tmp.path, ec);
-  make_dirs(tmp.path);
+  refuse_replacing_inputs(opt, s, out);
+  const std::string tmp = write.temp().string();
 
   if (given) {
     m.tok_info = {{"source", opt.tokenizer}, {"path", fs::absolute(opt.tokenizer).lexically_normal().string()}};
@@ -629,7 +590,7 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
   } else {
     tok = train_tokenizer(opt, s, total_size(m.train_files), m.tok_info);
   }
-  tok.save((fs::path(tmp.path) / "tokenizer.json").string());
+  tok.save((fs::path(tmp) / "tokenizer.json").string());
   m.tok_info.update({{"file", "tokenizer.json"},
                      {"hash", tok.hash()},
                      {"kind", tok.kind()},
@@ -637,16 +598,16 @@ PrepareResult prepare_dataset(const PrepareOptions& opt) {
                      {"bos_id", tok.bos_id()},
                      {"bos", tok.bos_name()}});
 
-  SplitWriter writers[2] = {{tmp.path, "train", tok.vocab_size(), tok.bos_id(), opt.shard_tokens},
-                            {tmp.path, "val", tok.vocab_size(), tok.bos_id(), opt.shard_tokens}};
+  SplitWriter writers[2] = {{tmp, "train", tok.vocab_size(), tok.bos_id(), opt.shard_tokens},
+                            {tmp, "val", tok.vocab_size(), tok.bos_id(), opt.shard_tokens}};
   ReadTotals totals;
   m.tokenize_seconds =
       tokenize_into_shards(opt, s, tok, total_size(m.train_files) + total_size(m.val_files), writers, totals);
   check_splits(s, writers);
 
   const nlohmann::json manifest = make_manifest(opt, s, m, writers, totals);
-  atomic_write((fs::path(tmp.path) / "manifest.json").string(), manifest.dump(2) + "\n");
-  move_into_place(tmp, out, opt.out);
+  atomic_write((fs::path(tmp) / "manifest.json").string(), manifest.dump(2) + "\n");
+  write.commit();
   report_skipped(opt, totals);
   say(opt, fmt::format("wrote {}: train {} docs, {}, {} tokens in {} shards | val {} docs, {}, {} tokens | {:.1f}s",
                        opt.out, writers[0].documents, mb(double(writers[0].bytes)), writers[0].tokens,

@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <filesystem>
 
-#include <unistd.h>
-
 #include "core/common.h"
+#include "core/folder_guard.h"
+#include "core/folder_swap.h"
 #include "eval/model_load.h"
 #include "export/clocklm_format.h"
+#include "export/export_folder.h"
 #include "export/hf_nanochat.h"
 #include "export/onnx_format.h"
 #include "model/gpt.h"
@@ -61,35 +62,24 @@ const ExportFormat& find_format(const std::string& name) {
   fail("export: unknown format '{}' ({})", name, names);
 }
 
-bool is_nonempty_dir(const fs::path& p) { return fs::is_directory(p) && !fs::is_empty(p); }
-
 std::vector<std::string> list_files(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), dir).string());
+    if (e.is_regular_file() && e.path().filename() != kExportMarker)
+      out.push_back(fs::relative(e.path(), dir).string());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Renames the finished folder `tmp` to `out`; an existing `out` (empty, or any with force) is moved
-// aside first and removed only after the rename succeeded.
-void move_into_place(const fs::path& tmp, const fs::path& out) {
-  std::error_code ec;
-  if (!fs::exists(out)) {
-    fs::rename(tmp, out, ec);
-    if (ec) fail("export: cannot rename {} to {}: {}", tmp.string(), out.string(), ec.message());
-    return;
-  }
-  const fs::path old = out.parent_path() / fmt::format(".{}.old.{}", out.filename().string(), ::getpid());
-  fs::rename(out, old, ec);
-  if (ec) fail("export: cannot move the old {} aside: {}", out.string(), ec.message());
-  fs::rename(tmp, out, ec);
-  if (ec) {
-    std::error_code back;
-    fs::rename(old, out, back);
-    fail("export: cannot rename {} to {}: {}", tmp.string(), out.string(), ec.message());
-  }
-  fs::remove_all(old, ec);
+// The folder the tokenizer is read from, as resolve_tokenizer picks it.
+std::string tokenizer_source(const LoadedModel& lm, const std::string& tokenizer_flag, const std::string& data_flag) {
+  if (!tokenizer_flag.empty()) return tokenizer_flag;
+  if (!data_flag.empty()) return data_flag;
+  const nlohmann::json& run = lm.run;
+  if (run.is_object() && run.contains("dataset") && run["dataset"].is_object() && run["dataset"].contains("dir") &&
+      run["dataset"]["dir"].is_string())
+    return run["dataset"]["dir"].get<std::string>();
+  return "";
 }
 
 }  // namespace
@@ -111,6 +101,7 @@ ExportSource load_export_source(const std::string& path, const std::string& toke
     src.params.push_back(std::move(t));
   }
   src.tokenizer = resolve_tokenizer(lm, tokenizer_flag, data_flag);
+  src.inputs = {path, src.checkpoint, tokenizer_source(lm, tokenizer_flag, data_flag)};
   return src;
 }
 
@@ -118,30 +109,16 @@ std::vector<std::string> export_model(const ExportOptions& o) {
   const ExportFormat& format = find_format(o.format);
   const SafeDType dt = safe_dtype_from_name(o.dtype);
   if (o.out.empty()) fail("export: --out DIR is required");
-  const fs::path out = fs::absolute(fs::path(o.out)).lexically_normal();
-  const fs::path target = out.filename().empty() ? out.parent_path() : out;
-  if (fs::exists(target) && !fs::is_directory(target)) fail("export: {} exists and is not a folder", o.out);
-  if (is_nonempty_dir(target) && !o.force)
-    fail("export: {} exists and is not empty (pass --force to replace it)", o.out);
+  fs::path target = fs::absolute(fs::path(o.out)).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  refuse_unsafe_target("export", o.out, target, {o.checkpoint, o.tokenizer, o.data});
+  FolderWrite write(target, "export folder " + o.out);
+  check_export_target(target, o.out, o.force);
   ExportSource src = load_export_source(o.checkpoint, o.tokenizer, o.data);
-  const fs::path ckpt = fs::weakly_canonical(fs::absolute(src.checkpoint));
-  const fs::path tgt = fs::weakly_canonical(target);
-  if (std::mismatch(tgt.begin(), tgt.end(), ckpt.begin(), ckpt.end()).first == tgt.end())
-    fail("export: --out {} holds the checkpoint being exported; choose another folder", o.out);
-  make_dirs(target.parent_path().string());
-  const fs::path tmp =
-      target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec) || ec)
-    fail("export: cannot create {}: {}", tmp.string(), ec ? ec.message() : "it exists");
-  try {
-    format.write(src, tmp.string(), dt);
-    move_into_place(tmp, target);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  refuse_unsafe_target("export", o.out, target, src.inputs);
+  format.write(src, write.temp().string(), dt);
+  write_export_marker(write.temp(), format.name);
+  write.commit();
   return list_files(target);
 }
 

@@ -1,7 +1,7 @@
 // Taking a trained model out of clocklm (`clocklm export`): the checkpoint is read and verified
 // like any evaluation load, its weights and config gathered on the host (ExportSource), and one
 // format writer fills a temporary folder beside the destination, which is renamed into place only
-// once complete, so a failure (a refused option, a full disk) leaves nothing half-written.
+// once complete, so a failure (a refused option, a full disk, a signal) leaves nothing half-written.
 // Formats are a table of name -> writer (export_formats()); docs/FORMATS.md describes each.
 #pragma once
 #include <functional>
@@ -25,6 +25,7 @@ struct ExportSource {
   RunConfig cfg;
   std::vector<SafeTensor> params;
   std::optional<Tokenizer> tokenizer;  // the run's (or --tokenizer / --data's)
+  std::vector<std::string> inputs;     // the paths read: checkpoint, run folder, tokenizer source
   const SafeTensor* find(const std::string& name) const;  // nullptr if absent
   const SafeTensor& param(const std::string& name) const;  // throws Error if absent
 };
@@ -53,9 +54,11 @@ struct ExportOptions {
   std::string tokenizer, data; // where the tokenizer comes from when not the run's dataset
   bool force = false;        // replace a non-empty `out`
 };
-// The whole export: checks the options, loads the source, writes `format` into a temporary folder
-// `.NAME.tmp.PID` beside `out`, then renames it to `out` (with force, a non-empty `out` is replaced
-// only after the new folder is complete). Returns the files written, sorted.
+// The whole export: checks the options, loads the source, writes `format` and the marker
+// (export_folder.h) into a temporary folder beside `out` and swaps it into place (FolderWrite,
+// core/folder_swap.h). A non-empty `out` is replaced only with force and only when it is an earlier
+// export; the current folder and any folder holding an input are never replaced
+// (core/folder_guard.h). Returns the files written, sorted, without the marker.
 std::vector<std::string> export_model(const ExportOptions& o);
 
 // Shared by the writers: the model config as clocklm_config.json holds it (see docs/FORMATS.md).

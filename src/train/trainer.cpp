@@ -26,6 +26,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// `.NAME.tmp.PID`: atomic_write's temp file (core/common.h). Only that exact shape is clocklm's, so a
+// user's file that merely contains ".tmp." is left alone.
+bool is_atomic_write_temp(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (!name.starts_with(".") || at == std::string::npos || at == 0 || at + 5 == name.size()) return false;
+  return name.find_first_not_of("0123456789", at + 5) == std::string::npos;
+}
+
 // After a crash the run folder may hold what a killed process left: temp files of writes that never
 // finished, and checkpoints newer than the one `latest` names (written, but killed before `latest`
 // moved). The lock guarantees no other process is writing here, so both are removed; the remaining
@@ -36,7 +44,7 @@ std::vector<std::string> tidy_checkpoints(const std::string& run_dir, int64_t re
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();
       std::error_code ec;
-      if (name.starts_with(".") && name.find(".tmp.") != std::string::npos) {
+      if (is_atomic_write_temp(name)) {
         fs::remove(e.path(), ec);
         continue;
       }
