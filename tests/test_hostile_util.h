@@ -4,7 +4,6 @@
 #pragma once
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,14 +51,24 @@ struct Outcome {
   }
 };
 
+// The launcher that measures a command's peak memory (tests/tools/peak_rss_spawn.cpp):
+// $CLOCKLM_PEAK_RSS_SPAWN when set, else the one built beside the tests.
+inline std::string peak_rss_spawn() {
+  const char* e = std::getenv("CLOCKLM_PEAK_RSS_SPAWN");
+  return e && *e ? e : CLOCKLM_PEAK_RSS_SPAWN;
+}
+
 // Runs `sh -c cmd` with stdin from `stdin_file` (or /dev/null), killing its whole process group after
-// `limit_s` seconds. The peak RSS is wait4's, which covers the shell and every process it waited for.
+// `limit_s` seconds. The peak RSS is that of the command and every process it waited for, as the
+// launcher reports it.
 inline Outcome run_limited(const std::string& cmd, double limit_s = kMaxSeconds * 3,
                            const std::string& stdin_file = "/dev/null") {
   Outcome r;
-  char tmpl[] = "/tmp/clocklm-hostile-out-XXXXXX";
-  int out_fd = mkstemp(tmpl);
-  if (out_fd < 0) return r;
+  char out_name[] = "/tmp/clocklm-hostile-out-XXXXXX";
+  char rss_name[] = "/tmp/clocklm-hostile-rss-XXXXXX";
+  int out_fd = mkstemp(out_name), rss_fd = mkstemp(rss_name);
+  if (out_fd < 0 || rss_fd < 0) return r;
+  const std::string spawn = peak_rss_spawn();
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
@@ -68,14 +77,13 @@ inline Outcome run_limited(const std::string& cmd, double limit_s = kMaxSeconds 
     if (in_fd >= 0) dup2(in_fd, 0);
     dup2(out_fd, 1);
     dup2(out_fd, 2);
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    execl(spawn.c_str(), spawn.c_str(), rss_name, cmd.c_str(), (char*)nullptr);
     _exit(127);
   }
   setpgid(pid, pid);
   int status = 0;
-  struct rusage ru {};
   for (;;) {
-    pid_t w = wait4(pid, &status, WNOHANG, &ru);
+    pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (el > limit_s && !r.timed_out) {
@@ -86,13 +94,17 @@ inline Outcome run_limited(const std::string& cmd, double limit_s = kMaxSeconds 
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   kill(-pid, SIGKILL);  // anything the command left running in its group
-  r.peak_rss_mib = ru.ru_maxrss / 1024;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  std::ifstream f(tmpl, std::ios::binary);
+  std::ifstream f(out_name, std::ios::binary);
   r.out.assign(std::istreambuf_iterator<char>(f), {});
+  std::ifstream rss(rss_name);
+  long kib = 0;
+  if (rss >> kib) r.peak_rss_mib = kib / 1024;
   close(out_fd);
-  unlink(tmpl);
+  close(rss_fd);
+  unlink(out_name);
+  unlink(rss_name);
   return r;
 }
 
