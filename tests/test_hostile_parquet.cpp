@@ -198,6 +198,26 @@ TEST(HostileParquet, InFlightBudgetWaitsAndStops) {
   EXPECT_TRUE(threw);
 }
 
+// With an in-flight limit smaller than one row group, decoders ahead wait their turn: every
+// document still arrives in order, and stopping early does not hang on a waiting decoder.
+TEST(HostileParquet, InFlightLimitWaitsWithoutDeadlock) {
+  fs::path d = data_test::temp_dir("hostile_parquet_flight");
+  std::vector<std::string> files;
+  for (int i = 0; i < 5; ++i) {
+    files.push_back((d / fmt::format("{}.parquet", i)).string());
+    hostile::write_file(files.back(), bomb::delta_bomb(bomb::kDeltaByteArray, 50000));
+  }
+  ParquetLimits l;
+  l.max_in_flight_bytes = 1;
+  CorpusStats st;
+  int64_t docs = 0;
+  EXPECT_TRUE(for_each_parquet_document(files, "text", [&](std::string_view) { return ++docs, true; }, st, 4, l));
+  EXPECT_EQ(docs, 5 * 50000);
+  CorpusStats st2;
+  EXPECT_FALSE(for_each_parquet_document(files, "text", [](std::string_view) { return false; }, st2, 4, l));
+  fs::remove_all(d);
+}
+
 TEST(HostileParquet, LimitOverridesAreChecked) {
   setenv("CLOCKLM_PARQUET_MAX_ROW_GROUP_MB", "512", 1);
   setenv("CLOCKLM_PARQUET_MAX_RATIO", "0", 1);
