@@ -528,7 +528,7 @@ void for_each_document(const std::vector<std::string>& files,
       while (j < files.size() && corpus_file_kind(files[j]).parquet) ++j;
       std::vector<std::string> run(files.begin() + std::ptrdiff_t(i), files.begin() + std::ptrdiff_t(j));
       int threads = opt.threads > 0 ? opt.threads : default_threads();
-      if (!for_each_parquet_document(run, opt.text_column, fn, st, threads)) return;
+      if (!for_each_parquet_document(run, opt.text_column, fn, st, threads, ParquetLimits::from_env())) return;
       i = j - 1;
       continue;
     }

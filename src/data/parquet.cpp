@@ -1,7 +1,9 @@
 // Parquet text-column reader (see parquet.h): the footer is read and checked when a file is
 // opened; a row group is read as one byte range (its column chunk) and decoded page by page.
 // Definition levels are walked twice per page, once to count the values (so the memory they
-// will take is checked first) and once to place them, so a run of nulls costs no memory.
+// will take is checked first) and once to place them, so a run of nulls costs no memory. Every
+// buffer, every value's overhead and every dictionary reference is charged to the row group's
+// RowGroupBudget before it is spent.
 #include "data/parquet.h"
 
 #include <fcntl.h>
@@ -152,6 +154,7 @@ void ParquetFile::find_column(const std::string& column) {
            path_, column, codec_name(c.codec));
     chunk_bytes(g);  // checks its byte range
   }
+  check_chunks_disjoint();
 }
 
 // The byte range of a column chunk: from its dictionary page (if any) for total_compressed_size.
@@ -167,6 +170,23 @@ int64_t ParquetFile::chunk_bytes(size_t g) const {
     fail("corrupt Parquet file {}: row group {}'s column chunk ({} bytes at {}) lies outside the data", path_, g,
          len, start);
   return len;
+}
+
+// Row groups whose column chunks share bytes would make the reader decode the same data several
+// times over (and at once): no writer does that, so it is refused with the footer.
+void ParquetFile::check_chunks_disjoint() const {
+  struct Range { int64_t start, end; size_t group; };
+  std::vector<Range> r;
+  r.reserve(meta_.row_groups.size());
+  for (size_t g = 0; g < meta_.row_groups.size(); ++g) {
+    auto [start, len] = chunk_range(meta_.row_groups[g].columns[leaf_]);
+    if (len > 0) r.push_back({start, start + len, g});
+  }
+  std::sort(r.begin(), r.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  for (size_t i = 1; i < r.size(); ++i)
+    if (r[i].start < r[i - 1].end)
+      fail("corrupt Parquet file {}: row groups {} and {} point at overlapping column chunk bytes; refusing it", path_,
+           std::min(r[i - 1].group, r[i].group), std::max(r[i - 1].group, r[i].group));
 }
 
 // ---- buffers --------------------------------------------------------------------------------
@@ -204,26 +224,21 @@ void BufferPool::put(std::vector<Buffer>&& buffers) {
 
 namespace {
 
-// Collects a row group's values and the buffers they point into, within its memory limit.
+// Collects a row group's values and the buffers they point into, within its budget. Values are
+// charged a page at a time (values_cost) before they are decoded, so add() itself is free.
 struct Sink {
   TextBatch& batch;
-  size_t limit;
-  const std::string& where;
+  RowGroupBudget& budget;
   BufferPool* pool;
-  size_t used = 0;  // bytes of kept buffers + 16 per value
-  void check(size_t bytes, size_t values) const {
-    if (bytes > limit || values > limit / 16 || used + bytes + 16 * values > limit)
-      fail("{} (the row group decodes to more than {} MiB; refusing it)", where, limit >> 20);
-  }
-  void add(std::string_view v) {
-    check(0, 1);
-    used += 16;
-    batch.docs.push_back(v);
+  void add(std::string_view v) { batch.docs.push_back(v); }
+  // Charges `count` values of `each` bytes of overhead, refusing a count too large to multiply.
+  void values_cost(uint64_t count, uint64_t each) {
+    budget.check(count > UINT64_MAX / 64 ? UINT64_MAX : count * each);
+    budget.charge_memory(count * each);
   }
   // A buffer of `size` bytes that the batch keeps.
   uint8_t* alloc(size_t size) {
-    check(size, 0);
-    used += size;
+    budget.charge_memory(size);
     if (pool) batch.buffers.push_back(pool->get(size));
     else batch.buffers.push_back({std::unique_ptr<uint8_t[]>(new uint8_t[size ? size : 1]), size});
     return batch.buffers.back().data.get();
@@ -238,7 +253,7 @@ class ValueReader {
  public:
   ValueReader(int encoding, const uint8_t* p, size_t n, size_t count, const std::vector<std::string_view>* dict,
               Sink& sink, const std::string& where)
-      : enc_(encoding), p_(p), end_(p + n), dict_(dict), where_(where) {
+      : enc_(encoding), p_(p), end_(p + n), dict_(dict), where_(where), budget_(sink.budget) {
     switch (enc_) {
       case kPlain: break;
       case kPlainDictionary:
@@ -264,6 +279,7 @@ class ValueReader {
         uint32_t i;
         idx_->next(1, i);
         if (i >= dict_->size()) fail("{} (dictionary index {} past the dictionary's {} entries)", where_, i, dict_->size());
+        budget_.charge_text((*dict_)[i].size());  // a reference hands out the entry's bytes again
         return (*dict_)[i];
       }
       case kDeltaLengthByteArray: return take_length(lens_[k_++]);
@@ -287,7 +303,7 @@ class ValueReader {
       suffixes += uint64_t(lens_[i]);
       prev = uint64_t(prefixes[i]) + uint64_t(lens_[i]);
       total += prev;
-      sink.check(size_t(std::min<uint64_t>(total, SIZE_MAX)), count);
+      budget_.check(total);
     }
     uint8_t* out = sink.alloc(size_t(total));
     rebuilt_.reserve(count);
@@ -318,6 +334,7 @@ class ValueReader {
   const uint8_t* end_;
   const std::vector<std::string_view>* dict_;
   const std::string& where_;
+  RowGroupBudget& budget_;
   std::optional<RleHybrid> idx_;
   std::vector<int64_t> lens_;
   std::vector<std::string_view> rebuilt_;
@@ -360,6 +377,7 @@ struct ChunkDecoder {
       fail("{} (dictionary in {} encoding)", where, encoding_name(h.encoding));
     if (h.num_values < 0 || uint64_t(h.num_values) > uint64_t(h.uncompressed_size) / 4)
       fail("{} (dictionary of {} entries in {} bytes)", where, h.num_values, h.uncompressed_size);
+    sink.values_cost(uint64_t(h.num_values), parquet_cost::kView);
     const uint8_t* p = bytes(codec, body, size_t(h.compressed_size), size_t(h.uncompressed_size));
     const uint8_t* end = p + h.uncompressed_size;
     dict.reserve(size_t(h.num_values));
@@ -375,6 +393,14 @@ struct ChunkDecoder {
     if (pages) pages->dictionary++;
   }
 
+  // The overhead of one value: its view in the batch, and what its encoding decodes first.
+  static uint64_t value_cost(int encoding) {
+    using namespace parquet_cost;
+    if (encoding == kDeltaLengthByteArray) return kView + kDeltaInt;  // its length
+    if (encoding == kDeltaByteArray) return kView + 2 * kDeltaInt + kView;  // prefix, suffix length, rebuilt view
+    return kView;
+  }
+
   // Values of a data page given its definition levels (none when the column is required).
   void values(int encoding, const uint8_t* lv, size_t ln, const uint8_t* v, size_t vn, int32_t num_values) {
     size_t present = size_t(num_values);
@@ -388,11 +414,11 @@ struct ChunkDecoder {
         left -= k;
       }
     }
-    sink.check(0, present);
     if (present == 0) {
       sink.batch.nulls += num_values;
       return;
     }
+    sink.values_cost(present, value_cost(encoding));
     sink.batch.docs.reserve(sink.batch.docs.size() + present);
     ValueReader reader(encoding, v, vn, present, have_dict ? &dict : nullptr, sink, where);
     if (max_def == 0) {
@@ -473,18 +499,21 @@ struct ChunkDecoder {
 
 }  // namespace
 
-TextBatch ParquetFile::read_row_group(size_t g, ParquetPageCounts* pages, BufferPool* pool) const {
+TextBatch ParquetFile::read_row_group(size_t g, ParquetPageCounts* pages, BufferPool* pool, InFlightBudget* flight,
+                                      uint64_t seq) const {
   if (g >= meta_.row_groups.size()) fail("{}: no row group {}", path_, g);
   const RowGroup& rg = meta_.row_groups[g];
   const ColumnChunk& c = rg.columns[leaf_];
   const size_t len = size_t(chunk_bytes(g));
   TextBatch batch;
   std::string where = fmt::format("corrupt Parquet file {}: row group {}", path_, g);
-  Sink sink{batch, limits_.max_row_group_bytes, where, pool};
+  RowGroupBudget budget(limits_, {&path_, g, uint64_t(len), uint64_t(size_)}, &decoded_, flight, seq);
+  Sink sink{batch, budget, pool};
   uint8_t* chunk = sink.alloc(len);  // kept: stored pages are read in place
   read_at(chunk_range(c).first, len, chunk);
   ChunkDecoder d(chunk, len, c.codec, max_def_, limits_.max_page_bytes, where, pages, sink);
   d.run(rg.num_rows);
+  batch.in_flight = flight ? budget.memory() : 0;
   return batch;
 }
 
@@ -498,9 +527,18 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
     size_t row_group;
     bool last;  // the file's last row group
     std::future<TextBatch> batch;
+    uint64_t seq;  // its number in the InFlightBudget
   };
   BufferPool pool;  // declared before `ahead`: outlives the decoders that use it
+  InFlightBudget flight(limits.max_in_flight_bytes);
   std::deque<Pending> ahead;
+  // Declared after `ahead`, so it runs first on the way out: decoders waiting for memory give up
+  // before `ahead`'s futures wait for them.
+  struct StopOnExit {
+    InFlightBudget& b;
+    ~StopOnExit() { b.stop(); }
+  } stop_on_exit{flight};
+  uint64_t next_seq = 0;
   std::shared_ptr<ParquetFile> cur;
   size_t next_file = 0, next_group = 0;
   // Starts decoding the next row group; false when none is left.
@@ -511,7 +549,7 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
         cur = std::make_shared<ParquetFile>(files[next_file++], column, limits);
         next_group = 0;
         if (cur->row_groups() == 0) {
-          ahead.push_back({cur, 0, true, {}});
+          ahead.push_back({cur, 0, true, {}, 0});
           cur.reset();
           return true;
         }
@@ -519,8 +557,9 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
       size_t g = next_group++;
       std::shared_ptr<const ParquetFile> f = cur;
       bool last = next_group == cur->row_groups();
-      auto decode = [f, g, &pool] { return f->read_row_group(g, nullptr, &pool); };
-      ahead.push_back({f, g, last, std::async(std::launch::async, decode)});
+      const uint64_t seq = next_seq++;
+      auto decode = [f, g, &pool, &flight, seq] { return f->read_row_group(g, nullptr, &pool, &flight, seq); };
+      ahead.push_back({f, g, last, std::async(std::launch::async, decode), seq});
       if (last) cur.reset();
       return true;
     }
@@ -541,6 +580,7 @@ bool for_each_parquet_document(const std::vector<std::string>& files, const std:
       if (!fn(d)) return false;
     }
     pool.put(std::move(b.buffers));
+    if (has) flight.release(p.seq, b.in_flight);
     st.input_bytes += chunk;
     file_chunks += chunk;
     if (p.last) {  // the rest of the file (other columns, footer) counts as read too

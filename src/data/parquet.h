@@ -3,7 +3,8 @@
 // DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY values; definition levels (a null is skipped and
 // counted); UNCOMPRESSED, SNAPPY, GZIP and ZSTD pages. Other columns are never decoded. Corrupt
 // or unsupported files throw a one-line clm::Error naming the file; every size is checked
-// against the data that holds it before anything is allocated.
+// against the data that holds it before anything is allocated, and every decoded byte against
+// the limits of data/parquet_budget.h.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,14 +15,10 @@
 #include <vector>
 
 #include "data/corpus.h"
+#include "data/parquet_budget.h"
 #include "data/parquet_meta.h"
 
 namespace clm {
-
-struct ParquetLimits {
-  size_t max_page_bytes = size_t(512) << 20;       // one decompressed page
-  size_t max_row_group_bytes = size_t(1) << 30;    // one row group's pages, decoded (+16 bytes per value)
-};
 
 // Byte buffers passed from the row-group decoders to their consumer and back, so that reading a
 // file reuses memory instead of faulting in fresh pages for every row group. Thread-safe.
@@ -46,6 +43,7 @@ struct TextBatch {
   std::vector<std::string_view> docs;
   int64_t nulls = 0;  // null values, skipped
   std::vector<BufferPool::Buffer> buffers;  // what docs point into
+  uint64_t in_flight = 0;  // bytes taken from the reader's InFlightBudget, returned when handed on
 };
 
 // Pages met while reading (tests check that a writer's v2 pages are really v2).
@@ -68,8 +66,10 @@ class ParquetFile {
   int64_t file_size() const { return size_; }
   int64_t chunk_bytes(size_t row_group) const;  // stored bytes of the column in that row group
   // The column's values in one row group, in order (thread-safe: reads with pread). Buffers come
-  // from `pool` when one is given.
-  TextBatch read_row_group(size_t row_group, ParquetPageCounts* pages = nullptr, BufferPool* pool = nullptr) const;
+  // from `pool` when one is given; memory is taken from `flight` as row group number `seq` of
+  // the reader when one is given. What is decoded counts against the file's limits too.
+  TextBatch read_row_group(size_t row_group, ParquetPageCounts* pages = nullptr, BufferPool* pool = nullptr,
+                           InFlightBudget* flight = nullptr, uint64_t seq = 0) const;
   // Top-level column names, in schema order.
   const std::vector<std::string>& columns() const { return columns_; }
 
@@ -78,6 +78,7 @@ class ParquetFile {
   void open(const std::string& column);
   void read_at(int64_t offset, size_t n, uint8_t* out) const;
   void find_column(const std::string& column);
+  void check_chunks_disjoint() const;
 
   std::string path_;
   int fd_ = -1;
@@ -89,13 +90,15 @@ class ParquetFile {
   size_t leaf_ = 0;    // index of the column among the leaves (= in each row group's columns)
   int max_def_ = 0;    // 1 for an optional column, 0 for a required one
   int64_t data_end_ = 0;  // where the footer starts
+  mutable FileBudget decoded_;  // bytes decoded from this file so far, all row groups together
 };
 
 bool is_parquet_path(std::string_view path);
 
 // Documents of the Parquet files in order, through fn (false stops early; returns false then).
-// Row groups are decoded `threads` at a time ahead of fn, in order; stats count files,
-// documents, bytes, null texts and input bytes.
+// Row groups are decoded `threads` at a time ahead of fn, in order, within
+// limits.max_in_flight_bytes of memory together; stats count files, documents, bytes, null texts
+// and input bytes.
 bool for_each_parquet_document(const std::vector<std::string>& files, const std::string& column,
                                const std::function<bool(std::string_view)>& fn, CorpusStats& stats, int threads,
                                ParquetLimits limits = {});
