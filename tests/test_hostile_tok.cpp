@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,24 @@ TEST(HostileTok, LongTokensUnderTheLimitLoadInLinearTime) {
   EXPECT_LE(o.peak_rss_mib, hostile::kMaxRssMiB);
   EXPECT_LE(o.seconds, hostile::kMaxSeconds);
   std::printf("  tokenizer info long.tiktoken: %.2f s, %ld MiB\n", o.seconds, o.peak_rss_mib);
+}
+
+TEST(HostileTok, ManyTokensAtTheLengthLimitLoadInLinearTime) {
+  // 120 random tokens of the longest length allowed (a 10 MB file): looking up every prefix and
+  // suffix of each took about a minute here, walking them in sorted order takes milliseconds.
+  TmpDir dir;
+  const fs::path f = dir.path / "many.tiktoken";
+  std::mt19937 rng(1);
+  std::vector<std::string> extra(120, std::string(clm::kMaxTokenBytes, '\0'));
+  for (auto& t : extra)
+    for (char& c : t) c = char(rng());
+  hostile::write_file(f, tiktoken_file(extra));
+  hostile::Outcome o = clocklm("tokenizer info --tokenizer " + q(f) + kTiktokenArgs);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_NE(o.out.find("vocab_size 377"), std::string::npos) << o.out;
+  EXPECT_LE(o.peak_rss_mib, hostile::kMaxRssMiB);
+  EXPECT_LE(o.seconds, hostile::kMaxSeconds);
+  std::printf("  tokenizer info many.tiktoken: %.2f s, %ld MiB\n", o.seconds, o.peak_rss_mib);
 }
 
 TEST(HostileTok, ManyAddedTokensLoadInLinearTime) {
