@@ -1,6 +1,8 @@
 // The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must
 // accept: when a format changes, this fails and the seeds get updated, instead of the fuzzers
-// silently starting from inputs that are all rejected at the first check.
+// silently starting from inputs that are all rejected at the first check. A seed named refused-*
+// is the opposite on purpose (a shape the reader must refuse, so the fuzzer starts next to that
+// check): it must be refused with an Error.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,34 +39,36 @@ std::vector<std::pair<std::string, std::string>> seeds(const std::string& target
   return out;
 }
 
+// A tokenizer seed loads and round-trips a sample, or, named refused-*, is refused with an Error.
+template <class Load>
+void expect_tokenizer_seed(const std::string& path, Load load) {
+  if (fs::path(path).filename().string().rfind("refused-", 0) == 0) {
+    EXPECT_THROW(load(), Error) << path;
+    return;
+  }
+  const std::string sample = "Seeds stay valid: 123 ünïcödé\n";
+  Tokenizer t = load();
+  EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+}
+
 }  // namespace
 
 TEST(FuzzSeeds, TokenizersLoadAndRoundTrip) {
-  const std::string sample = "Seeds stay valid: 123 ünïcödé\n";
-  for (auto& [path, text] : seeds("fuzz_tokenizer_json")) {
-    Tokenizer t = Tokenizer::from_json(text, path);
-    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
-  }
+  for (auto& [path, text] : seeds("fuzz_tokenizer_json"))
+    expect_tokenizer_seed(path, [&] { return Tokenizer::from_json(text, path); });
   for (auto& [path, text] : seeds("fuzz_tokenizer_gpt2")) {
     auto files = fuzz::split_files(text, 2);
-    Tokenizer t = parse_gpt2(files[0], files[1], path);
-    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
+    expect_tokenizer_seed(path, [&] { return parse_gpt2(files[0], files[1], path); });
   }
-  for (auto& [path, text] : seeds("fuzz_tokenizer_hf")) {
-    Tokenizer t = parse_hf_tokenizer_text(text, path);
-    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
-  }
+  for (auto& [path, text] : seeds("fuzz_tokenizer_hf"))
+    expect_tokenizer_seed(path, [&] { return parse_hf_tokenizer_text(text, path); });
   TokenizerOptions rank_opts;
   rank_opts.pattern = "clocklm";
   rank_opts.add_bos = "<|bos|>";
-  for (auto& [path, text] : seeds("fuzz_tiktoken")) {
-    Tokenizer t = parse_tiktoken_ranks(text, path, rank_opts);
-    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
-  }
-  for (auto& [path, bytes] : seeds("fuzz_tiktoken_pkl")) {
-    Tokenizer t = parse_tiktoken_pickle(bytes, path);
-    EXPECT_EQ(t.decode(t.encode(sample)), sample) << path;
-  }
+  for (auto& [path, text] : seeds("fuzz_tiktoken"))
+    expect_tokenizer_seed(path, [&] { return parse_tiktoken_ranks(text, path, rank_opts); });
+  for (auto& [path, bytes] : seeds("fuzz_tiktoken_pkl"))
+    expect_tokenizer_seed(path, [&] { return parse_tiktoken_pickle(bytes, path); });
 }
 
 TEST(FuzzSeeds, DataFilesAreRead) {
@@ -113,8 +117,8 @@ TEST(FuzzSeeds, CoreFilesAndSweepsParse) {
     EXPECT_FALSE(parse_sweep_spec_text(text, path).runs.empty());
 }
 
-// Seeds named bomb_* are decompression bombs (tests/test_parquet_bomb_util.h): the reader must
-// refuse them, with an Error; every other seed is a real file it reads.
+// Seeds named refused-bomb-* are decompression bombs (tests/test_parquet_bomb_util.h): the reader
+// must refuse them, with an Error; every other seed is a real file it reads.
 TEST(FuzzSeeds, ParquetFilesAreRead) {
   for (auto& [path, bytes] : seeds("fuzz_parquet")) {
     auto read_all = [&, &path = path, &bytes = bytes] {
@@ -123,7 +127,7 @@ TEST(FuzzSeeds, ParquetFilesAreRead) {
       for (size_t g = 0; g < f->row_groups(); ++g) docs += f->read_row_group(g).docs.size();
       return docs;
     };
-    if (fs::path(path).filename().string().rfind("bomb_", 0) == 0) {
+    if (fs::path(path).filename().string().rfind("refused-", 0) == 0) {
       EXPECT_THROW(read_all(), Error) << path;
       continue;
     }

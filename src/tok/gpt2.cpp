@@ -1,6 +1,7 @@
 // GPT-2 compatibility: reads GPT-2's encoder.json (token string -> id) and vocab.bpe (merges in
 // rank order), undoing GPT-2's byte-to-unicode mapping so the tokenizer works on raw bytes and
 // produces exactly GPT-2's ids. BOS is <|endoftext|>.
+#include <algorithm>
 #include <filesystem>
 #include <unordered_map>
 
@@ -9,6 +10,7 @@
 #include "core/common.h"
 #include "tok/bpe.h"
 #include "tok/byte_level.h"
+#include "tok/file_limits.h"
 
 namespace clm {
 
@@ -17,6 +19,8 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   using nlohmann::json;
   const std::string enc_path = (fs::path(dir) / "encoder.json").string();
   const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
+  check_tokenizer_size(encoder_json.size(), enc_path);
+  check_tokenizer_size(vocab_bpe.size(), bpe_path);
   json enc;
   try {
     enc = json::parse(encoder_json);
@@ -31,6 +35,10 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   for (auto it = enc.begin(); it != enc.end(); ++it) {
     if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() >= n_ids)
       fail("malformed {}: id of {} is not a number below {}", enc_path, it.key(), n_ids);
+    // GPT-2's alphabet spells each byte as one character: the characters count the token's bytes.
+    const std::string& k = it.key();
+    check_token_size(size_t(std::count_if(k.begin(), k.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; })),
+                     enc_path, fmt::format("id {}", it.value().get<uint64_t>()));
     ids[it.key()] = uint32_t(it.value().get<uint64_t>());
   }
   auto id_of = [&](const std::string& tok, size_t line) {
@@ -88,8 +96,8 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
 
 Tokenizer load_gpt2(const std::string& dir) {
   namespace fs = std::filesystem;
-  return parse_gpt2(read_file((fs::path(dir) / "encoder.json").string()),
-                    read_file((fs::path(dir) / "vocab.bpe").string()), dir);
+  return parse_gpt2(read_tokenizer_file((fs::path(dir) / "encoder.json").string()),
+                    read_tokenizer_file((fs::path(dir) / "vocab.bpe").string()), dir);
 }
 
 }  // namespace clm

@@ -13,6 +13,7 @@
 #include "tok/bpe.h"
 #include "tok/byte_level.h"
 #include "tok/hf_json.h"
+#include "tok/file_limits.h"
 
 namespace clm {
 
@@ -211,9 +212,12 @@ Tokenizer read(const json& j, const std::string& what, const TokenizerOptions& o
   p.vocab_size = uint32_t(vocab_size);
 
   std::vector<uint8_t> defined(vocab_size, 0), is_added(vocab_size, 0);
-  for (auto& [content, id] : added) {
+  std::vector<uint32_t> added_at(vocab_size, 0);  // index in `added` of an added id
+  for (size_t i = 0; i < added.size(); ++i) {
+    const auto& [content, id] = added[i];
     if (is_added[id]) fail("{}: two added tokens have id {}", what, id);
     is_added[id] = 1;
+    added_at[id] = uint32_t(i);
     p.specials.emplace_back(content, id);
     defined[id] = 1;
   }
@@ -223,14 +227,15 @@ Tokenizer read(const json& j, const std::string& what, const TokenizerOptions& o
   const ByteLevel& bl = byte_level();
   for (auto& [tok, id] : ids) {
     if (is_added[id]) {
-      for (auto& [content, aid] : added)
-        if (aid == id && content != tok)
-          fail("{}: id {} is vocab token {} and added token {}", what, id, json_text(json(tok)), json_text(json(content)));
+      const std::string& content = added[added_at[id]].first;
+      if (content != tok)
+        fail("{}: id {} is vocab token {} and added token {}", what, id, json_text(json(tok)), json_text(json(content)));
       continue;
     }
     if (has_text[id]) fail("{}: id {} is given to two vocab tokens", what, id);
     if (!bl.decode(tok, bytes[id]))
       fail("{}: vocab token {} (id {}) is not byte-level text (GPT-2's byte alphabet)", what, json_text(json(tok)), id);
+    check_token_size(bytes[id].size(), what, fmt::format("vocab token {}", id));
     has_text[id] = 1;
   }
   for (int b = 0; b < 256; ++b) {
@@ -288,6 +293,7 @@ Tokenizer parse_hf_tokenizer(const nlohmann::json& j, const std::string& what, c
 }
 
 Tokenizer parse_hf_tokenizer_text(std::string_view text, const std::string& what, const TokenizerOptions& opt) {
+  check_tokenizer_size(text.size(), what);
   json j;
   try {
     j = json::parse(text);

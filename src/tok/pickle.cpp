@@ -4,28 +4,29 @@
 // (bytes -> int), special_tokens (str -> int)} and BUILD. This reader runs only the opcodes
 // those need (framing, memo, ints, str, bytes, dicts, marks), accepts only that one class and
 // never imports or calls anything; any other opcode or class is refused in one line.
-#include <memory>
-#include <unordered_map>
+#include <vector>
 
 #include "core/common.h"
 #include "tok/bpe.h"
+#include "tok/file_limits.h"
 #include "tok/tiktoken.h"
 
 namespace clm {
 
 namespace {
 
-// Objects live in the unpickler's arena and refer to each other by plain pointers, so a pickle
-// whose memo makes a dict hold itself cannot leak.
-struct Obj;
-using Ref = Obj*;
+// Objects are 16-byte records in one vector, referred to by index; str and bytes are views into the
+// pickle (which outlives the reader), dicts keep their items in a side table, and None, True and
+// False are shared records, so memory stays a small multiple of the file's size. Every value pushed,
+// mark and memo entry counts against kMaxPickleObjects.
+using Ref = uint32_t;
 struct Obj {
-  enum Kind { kNone, kBool, kInt, kStr, kBytes, kDict, kTuple, kClass, kEncoding } kind = kNone;
-  int64_t i = 0;
-  std::string s;                            // str, bytes
-  std::vector<std::pair<Ref, Ref>> items;   // dict
-  Ref state;                                // Encoding: its BUILD argument
+  enum Kind : uint8_t { kNone, kBool, kInt, kStr, kBytes, kDict, kTuple, kClass, kEncoding } kind = kNone;
+  uint32_t len = 0;  // str, bytes: length
+  int64_t i = 0;     // int, bool: value; str, bytes: offset in the pickle; dict: its item table;
+                     // Encoding: its BUILD argument + 1 (0: none yet)
 };
+constexpr Ref kNoneRef = 0, kTrueRef = 1, kFalseRef = 2, kNoRef = ~0u;
 
 const char* kind_name(Obj::Kind k) {
   static const char* names[] = {"None", "bool", "int", "str", "bytes", "dict", "tuple", "class", "Encoding"};
@@ -34,7 +35,16 @@ const char* kind_name(Obj::Kind k) {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view b, const std::string& w) : in(b), what(w) {}
+  Unpickler(std::string_view b, const std::string& w) : in(b), what(w) {
+    objs.push_back({Obj::kNone, 0, 0});
+    objs.push_back({Obj::kBool, 0, 1});
+    objs.push_back({Obj::kBool, 0, 0});
+  }
+
+  // The object behind a reference and the text of a str or bytes.
+  const Obj& at(Ref r) const { return objs[r]; }
+  std::string_view text(Ref r) const { return in.substr(size_t(objs[r].i), objs[r].len); }
+  const std::vector<std::pair<Ref, Ref>>& items(Ref r) const { return dicts[size_t(objs[r].i)]; }
 
   Ref run() {
     while (pos < in.size()) {
@@ -62,25 +72,24 @@ class Unpickler {
           push_int(int64_t(v));
           break;
         }
-        case 'N': push(make(Obj::kNone)); break;
-        case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
-          Ref o = make(Obj::kBool);
-          o->i = op == 0x88;
-          push(o);
-          break;
-        }
+        case 'N': push(kNoneRef); break;
+        case 0x88: push(kTrueRef); break;   // NEWTRUE
+        case 0x89: push(kFalseRef); break;  // NEWFALSE
         case 0x8c: push_text(Obj::kStr, le(1), at); break;   // SHORT_BINUNICODE
         case 'X': push_text(Obj::kStr, le(4), at); break;    // BINUNICODE
         case 0x8d: push_text(Obj::kStr, le(8), at); break;   // BINUNICODE8
         case 'C': push_text(Obj::kBytes, le(1), at); break;  // SHORT_BINBYTES
         case 'B': push_text(Obj::kBytes, le(4), at); break;  // BINBYTES
         case 0x8e: push_text(Obj::kBytes, le(8), at); break; // BINBYTES8
-        case '}': push(make(Obj::kDict)); break;             // EMPTY_DICT
+        case '}': push(make_dict()); break;                  // EMPTY_DICT
         case ')': push(make(Obj::kTuple)); break;            // EMPTY_TUPLE
-        case '(': marks.push_back(stack.size()); break;      // MARK
+        case '(':                                            // MARK
+          spend(at);
+          marks.push_back(stack.size());
+          break;
         case 's': {                                          // SETITEM
           Ref v = pop(at), k = pop(at);
-          dict_at(stack.size(), at)->items.emplace_back(k, v);
+          dict_at(stack.size(), at).emplace_back(k, v);
           break;
         }
         case 'u': {  // SETITEMS: the pairs above the last mark go into the dict below it
@@ -88,21 +97,21 @@ class Unpickler {
           size_t m = marks.back();
           marks.pop_back();
           if ((stack.size() - m) % 2) fail("{}: SETITEMS at offset {} with an odd number of items", what, at);
-          Obj* d = dict_at(m, at);
-          for (size_t k = m; k < stack.size(); k += 2) d->items.emplace_back(stack[k], stack[k + 1]);
+          auto& d = dict_at(m, at);
+          for (size_t k = m; k < stack.size(); k += 2) d.emplace_back(stack[k], stack[k + 1]);
           stack.resize(m);
           break;
         }
-        case 0x94: memo[uint32_t(memo.size())] = top(at); break;  // MEMOIZE
-        case 'q': memo[uint32_t(le(1))] = top(at); break;         // BINPUT
-        case 'r': memo[uint32_t(le(4))] = top(at); break;         // LONG_BINPUT
+        case 0x94: put(memo.size(), at); break;  // MEMOIZE
+        case 'q': put(le(1), at); break;         // BINPUT
+        case 'r': put(le(4), at); break;         // LONG_BINPUT
         case 'h': push(get(uint32_t(le(1)), at)); break;          // BINGET
         case 'j': push(get(uint32_t(le(4)), at)); break;          // LONG_BINGET
         case 0x93: {                                              // STACK_GLOBAL
           Ref name = pop(at), module = pop(at);
-          if (module->kind != Obj::kStr || name->kind != Obj::kStr)
+          if (objs[module].kind != Obj::kStr || objs[name].kind != Obj::kStr)
             fail("{}: STACK_GLOBAL at offset {} needs two strings", what, at);
-          push(global(module->s, name->s, at));
+          push(global(text(module), text(name), at));
           break;
         }
         case 'c': {  // GLOBAL "module\nname\n"
@@ -112,7 +121,7 @@ class Unpickler {
         }
         case 0x81: {  // NEWOBJ
           Ref args = pop(at), cls = pop(at);
-          if (cls->kind != Obj::kClass || args->kind != Obj::kTuple || !args->items.empty())
+          if (objs[cls].kind != Obj::kClass || objs[args].kind != Obj::kTuple)
             fail("{}: NEWOBJ at offset {} must make tiktoken.core.Encoding with no arguments", what, at);
           push(make(Obj::kEncoding));
           break;
@@ -120,9 +129,9 @@ class Unpickler {
         case 'b': {  // BUILD
           Ref st = pop(at);
           Ref obj = top(at);
-          if (obj->kind != Obj::kEncoding || obj->state)
+          if (objs[obj].kind != Obj::kEncoding || objs[obj].i)
             fail("{}: BUILD at offset {} applies to something other than a new Encoding", what, at);
-          obj->state = st;
+          objs[obj].i = int64_t(st) + 1;
           break;
         }
         case '.':  // STOP
@@ -142,7 +151,17 @@ class Unpickler {
   size_t pos = 0;
   std::vector<Ref> stack;
   std::vector<size_t> marks;
-  std::unordered_map<uint32_t, Ref> memo;
+  std::vector<Ref> memo;  // by memo key; kNoRef: not set
+  std::vector<Obj> objs;
+  std::vector<std::vector<std::pair<Ref, Ref>>> dicts;
+  size_t budget = kMaxPickleObjects;  // values, marks and memo entries still allowed
+
+  void spend(size_t at) {
+    if (budget == 0)
+      fail("{}: pickle holds more than {} objects and memo entries at offset {} (a tokenizer needs far fewer)",
+           what, kMaxPickleObjects, at);
+    --budget;
+  }
 
   uint8_t u8() {
     if (pos >= in.size()) fail("{}: pickle is truncated at offset {}", what, pos);
@@ -155,25 +174,35 @@ class Unpickler {
     pos += size_t(n);
     return v;
   }
-  std::vector<std::unique_ptr<Obj>> arena;
-  Ref make(Obj::Kind k) {
-    arena.push_back(std::make_unique<Obj>());
-    arena.back()->kind = k;
-    return arena.back().get();
+  Ref make(Obj::Kind k, int64_t i = 0, uint32_t len = 0) {
+    objs.push_back({k, len, i});
+    return Ref(objs.size() - 1);
   }
-  void push(Ref r) { stack.push_back(r); }
-  void push_int(int64_t v) {
-    Ref o = make(Obj::kInt);
-    o->i = v;
-    push(o);
+  Ref make_dict() {
+    dicts.emplace_back();
+    return make(Obj::kDict, int64_t(dicts.size() - 1));
   }
+  void push(Ref r) {
+    spend(pos);
+    stack.push_back(r);
+  }
+  void push_int(int64_t v) { push(make(Obj::kInt, v)); }
   void push_text(Obj::Kind k, uint64_t n, size_t at) {
     if (n > in.size() - pos) fail("{}: {} of {} bytes at offset {} runs past the end", what, kind_name(k), n, at);
-    Ref o = make(k);
-    o->s.assign(in.data() + pos, size_t(n));
+    if (n > kMaxTokenBytes && k == Obj::kBytes)
+      fail("{}: bytes of {} bytes at offset {} are longer than a token may be ({} bytes)", what, n, at, kMaxTokenBytes);
+    std::string_view s = in.substr(pos, size_t(n));
+    if (k == Obj::kStr && !valid_utf8(s)) fail("{}: str at offset {} is not UTF-8", what, at);
+    push(make(k, int64_t(pos), uint32_t(n)));
     pos += size_t(n);
-    if (k == Obj::kStr && !valid_utf8(o->s)) fail("{}: str at offset {} is not UTF-8", what, at);
-    push(o);
+  }
+  // Memo key k -> the top of the stack. Python numbers memo entries from 0 as it goes, so a key
+  // at or beyond the object limit is not from a real pickle.
+  void put(uint64_t k, size_t at) {
+    if (k >= kMaxPickleObjects) fail("{}: pickle memo key {} at offset {} is too large", what, k, at);
+    spend(at);
+    if (k >= memo.size()) memo.resize(size_t(k) + 1, kNoRef);
+    memo[size_t(k)] = top(at);
   }
   Ref pop(size_t at) {
     if (stack.empty() || (!marks.empty() && stack.size() <= marks.back()))
@@ -186,14 +215,13 @@ class Unpickler {
     if (stack.empty()) fail("{}: pickle stack underflow at offset {}", what, at);
     return stack.back();
   }
-  Obj* dict_at(size_t n, size_t at) {
-    if (n == 0 || stack[n - 1]->kind != Obj::kDict) fail("{}: items at offset {} are not set on a dict", what, at);
-    return stack[n - 1];
+  std::vector<std::pair<Ref, Ref>>& dict_at(size_t n, size_t at) {
+    if (n == 0 || objs[stack[n - 1]].kind != Obj::kDict) fail("{}: items at offset {} are not set on a dict", what, at);
+    return dicts[size_t(objs[stack[n - 1]].i)];
   }
   Ref get(uint32_t k, size_t at) {
-    auto it = memo.find(k);
-    if (it == memo.end()) fail("{}: pickle memo {} at offset {} is not set", what, k, at);
-    return it->second;
+    if (k >= memo.size() || memo[k] == kNoRef) fail("{}: pickle memo {} at offset {} is not set", what, k, at);
+    return memo[k];
   }
   std::string line(size_t at) {
     size_t nl = in.find('\n', pos);
@@ -202,7 +230,7 @@ class Unpickler {
     pos = nl + 1;
     return s;
   }
-  Ref global(const std::string& module, const std::string& name, size_t at) {
+  Ref global(std::string_view module, std::string_view name, size_t at) {
     if (module != "tiktoken.core" || name != "Encoding")
       fail("{}: pickle refers to {}.{} at offset {}; only tiktoken.core.Encoding is accepted", what,
            module.substr(0, 80), name.substr(0, 80), at);
@@ -219,34 +247,38 @@ uint32_t id_of(const Obj& v, const std::string& what, const char* field) {
 }  // namespace
 
 PickledEncoding read_tiktoken_pickle(std::string_view bytes, const std::string& what) {
+  check_tokenizer_size(bytes.size(), what);
   Unpickler up(bytes, what);
-  Ref r = up.run();
-  if (r->kind != Obj::kEncoding || !r->state) fail("{}: the pickle does not hold a tiktoken Encoding", what);
-  const Obj& st = *r->state;
-  if (st.kind == Obj::kStr)
+  const Obj& r = up.at(up.run());
+  if (r.kind != Obj::kEncoding || !r.i) fail("{}: the pickle does not hold a tiktoken Encoding", what);
+  const Ref st = Ref(r.i - 1);
+  if (up.at(st).kind == Obj::kStr)
     fail("{}: pickles tiktoken's registered encoding {} by name; give its .tiktoken rank file instead", what,
-         st.s.substr(0, 80));
-  if (st.kind != Obj::kDict) fail("{}: the Encoding's state is a {}, not a dict", what, kind_name(st.kind));
+         up.text(st).substr(0, 80));
+  if (up.at(st).kind != Obj::kDict) fail("{}: the Encoding's state is a {}, not a dict", what, kind_name(up.at(st).kind));
   PickledEncoding e;
   bool have_pat = false, have_ranks = false;
-  for (auto& [k, v] : st.items) {
-    if (k->kind != Obj::kStr) fail("{}: the Encoding's state has a key that is not a str", what);
-    const std::string& key = k->s;
+  for (auto& [k, v] : up.items(st)) {
+    if (up.at(k).kind != Obj::kStr) fail("{}: the Encoding's state has a key that is not a str", what);
+    const std::string_view key = up.text(k);
+    const Obj::Kind vk = up.at(v).kind;
     if (key == "name" || key == "pat_str") {
-      if (v->kind != Obj::kStr) fail("{}: {} is not a str", what, key);
-      (key == "name" ? e.name : e.pat_str) = v->s;
+      if (vk != Obj::kStr) fail("{}: {} is not a str", what, key);
+      (key == "name" ? e.name : e.pat_str) = up.text(v);
       have_pat |= key == "pat_str";
     } else if (key == "mergeable_ranks" || key == "special_tokens") {
       const bool ranks = key == "mergeable_ranks";
-      if (v->kind != Obj::kDict) fail("{}: {} is not a dict", what, key);
-      for (auto& [tk, tv] : v->items) {
-        if (tk->kind != (ranks ? Obj::kBytes : Obj::kStr))
+      if (vk != Obj::kDict) fail("{}: {} is not a dict", what, key);
+      auto& out = ranks ? e.mergeable_ranks : e.special_tokens;
+      out.reserve(up.items(v).size());
+      for (auto& [tk, tv] : up.items(v)) {
+        if (up.at(tk).kind != (ranks ? Obj::kBytes : Obj::kStr))
           fail("{}: {} has a key that is not {}", what, key, ranks ? "bytes" : "a str");
-        (ranks ? e.mergeable_ranks : e.special_tokens).emplace_back(tk->s, id_of(*tv, what, key.c_str()));
+        out.emplace_back(up.text(tk), id_of(up.at(tv), what, ranks ? "mergeable_ranks" : "special_tokens"));
       }
       have_ranks |= ranks;
     } else if (key == "explicit_n_vocab") {
-      if (v->kind != Obj::kNone && v->kind != Obj::kInt) fail("{}: explicit_n_vocab is not an int", what);
+      if (vk != Obj::kNone && vk != Obj::kInt) fail("{}: explicit_n_vocab is not an int", what);
     } else {
       fail("{}: the Encoding's state has an unexpected field {}", what, key.substr(0, 80));
     }

@@ -8,6 +8,8 @@
 
 #include "core/common.h"
 #include "tok/bpe.h"
+#include "tok/file_limits.h"
+#include "tok/token_splits.h"
 
 namespace clm {
 
@@ -100,6 +102,7 @@ Tokenizer tiktoken_tokenizer(const std::vector<std::pair<std::string, uint32_t>>
   std::vector<uint8_t> defined(vocab_size, 0);
   for (auto& [tok, r] : ranks) {
     if (tok.empty()) fail("{}: rank {} is an empty token", what, r);
+    check_token_size(tok.size(), what, fmt::format("rank {}", r));
     if (!rank_of.emplace(tok, r).second) fail("{}: a token is listed twice (rank {})", what, r);
     if (defined[r]) fail("{}: rank {} is given to two tokens", what, r);
     defined[r] = 1;
@@ -111,26 +114,24 @@ Tokenizer tiktoken_tokenizer(const std::vector<std::pair<std::string, uint32_t>>
     p.byte_id[b] = jt->second;
   }
   // Every split of a token into two tokens is a merge, ranked as the token; tokens no split makes
-  // are reached only as whole pieces.
+  // are reached only as whole pieces. Tokens go in rank order, so the merges do too.
   std::vector<const std::pair<std::string, uint32_t>*> order;
   order.reserve(ranks.size());
   for (auto& e : ranks) order.push_back(&e);
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second < b->second; });
-  for (auto* e : order) {
-    const std::string& t = e->first;
-    if (t.size() < 2) continue;
-    bool made = false;
-    for (size_t k = 1; k < t.size(); ++k) {
-      auto l = rank_of.find(std::string_view(t).substr(0, k));
-      if (l == rank_of.end()) continue;
-      auto r = rank_of.find(std::string_view(t).substr(k));
-      if (r == rank_of.end()) continue;
-      p.merges.push_back({l->second, r->second, e->second});
-      p.merge_rank.push_back(e->second);
-      made = true;
-    }
-    if (!made) p.tokens.emplace_back(e->second, t);
+  std::vector<std::string_view> toks(order.size());
+  for (size_t i = 0; i < order.size(); ++i) toks[i] = order[i]->first;
+  std::vector<TokenSplit> splits = token_splits(toks, kMaxTiktokenMerges, what);
+  p.merges.reserve(splits.size());
+  p.merge_rank.reserve(splits.size());
+  std::vector<uint8_t> made(order.size(), 0);
+  for (const TokenSplit& s : splits) {
+    p.merges.push_back({order[s.left]->second, order[s.right]->second, order[s.token]->second});
+    p.merge_rank.push_back(order[s.token]->second);
+    made[s.token] = 1;
   }
+  for (size_t i = 0; i < order.size(); ++i)
+    if (!made[i] && order[i]->first.size() >= 2) p.tokens.emplace_back(order[i]->second, order[i]->first);
   for (auto& [name, id] : specials) {
     if (defined[id]) fail("{}: special token {} has id {}, which is a token", what, name, id);
     defined[id] = 1;
@@ -142,6 +143,7 @@ Tokenizer tiktoken_tokenizer(const std::vector<std::pair<std::string, uint32_t>>
 }
 
 Tokenizer parse_tiktoken_ranks(std::string_view text, const std::string& what, const TokenizerOptions& opt) {
+  check_tokenizer_size(text.size(), what);
   std::string name;
   std::string pattern = pattern_of(opt, what, name);
   std::vector<std::pair<std::string, uint32_t>> ranks;
@@ -158,7 +160,10 @@ Tokenizer parse_tiktoken_ranks(std::string_view text, const std::string& what, c
     size_t sp = line.find(' ');
     if (sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos)
       fail("{} line {}: expected a base64 token, a space and a rank", what, line_no);
+    // Checked before decoding (up to two bytes of padding) and exactly after.
+    if (sp / 4 * 3 > kMaxTokenBytes + 2) check_token_size(sp / 4 * 3, what, fmt::format("line {}", line_no));
     if (!base64_decode(line.substr(0, sp), tok)) fail("{} line {}: bad base64 token", what, line_no);
+    check_token_size(tok.size(), what, fmt::format("line {}", line_no));
     std::string_view digits = line.substr(sp + 1);
     uint64_t r = 0;
     if (digits.empty() || digits.size() > 9) fail("{} line {}: bad rank", what, line_no);

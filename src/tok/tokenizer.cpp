@@ -12,6 +12,8 @@
 #include "core/common.h"
 #include "core/json_get.h"
 #include "tok/bpe.h"
+#include "tok/empty_match.h"
+#include "tok/file_limits.h"
 #include "tok/hf_json.h"
 #include "tok/tiktoken.h"
 
@@ -456,11 +458,13 @@ Tokenizer build_tokenizer(TokenizerParts p, const std::string& what) {
   auto t = std::make_shared<TokenizerImpl>();
   t->pattern = p.pattern;
   t->kind = p.kind;
-  t->splitter = std::make_unique<PreSplitter>(t->pattern);
+  try {
+    t->splitter = std::make_unique<PreSplitter>(t->pattern);
+  } catch (const Error& e) {
+    fail("{}: {}", what, e.what());
+  }
+  refuse_empty_matches(*t->splitter, what);
   const uint32_t vocab_size = p.vocab_size;
-  const bool strict = p.kind == "bpe" || p.kind == "gpt2";
-  if (!strict && t->splitter->min_length == 0)
-    fail("{}: the split pattern can match the empty string, which is not supported", what);
   t->vocab.assign(vocab_size, std::string());
   t->special.assign(vocab_size, 0);
   VocabBuilder vb(*t, p, what);
@@ -630,6 +634,7 @@ static Tokenizer parse_clocklm(const nlohmann::json& j, const std::string& file)
       for (auto& e : tj) {
         if (!e.is_array() || e.size() != 2) fail("{}: each token must be [id, hex bytes]", file);
         p.tokens.emplace_back(id(e[0], "token id"), bytes_of_hex(json_str(e[1], file + ": token bytes"), file));
+        check_token_size(p.tokens.back().second.size(), file, fmt::format("token {}", p.tokens.back().first));
       }
       for (auto& r : rj) p.merge_rank.push_back(id(r, "merge rank"));
     }
@@ -661,6 +666,7 @@ static Tokenizer parse_clocklm(const nlohmann::json& j, const std::string& file)
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& file) {
+  check_tokenizer_size(text.size(), file);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -677,7 +683,7 @@ static bool ends_with(const std::string& s, const char* suffix) {
 
 // One tokenizer file, its format told by its name and content.
 static Tokenizer load_file(const std::string& file, const TokenizerOptions& opt) {
-  std::string text = read_file(file);
+  std::string text = read_tokenizer_file(file);
   if (ends_with(file, ".tiktoken")) return parse_tiktoken_ranks(text, file, opt);
   if (!opt.pattern.empty() || !opt.specials.empty())
     fail("{}: a split pattern and special tokens can be given only for a .tiktoken rank file", file);
