@@ -33,10 +33,10 @@ struct Bomb {
 
 std::vector<Bomb> bombs() {
   return {
-      {"bomb_delta_byte_array.parquet", bomb::delta_bomb(bomb::kDeltaByteArray, kDeltaValues), "decompression bomb"},
-      {"bomb_delta_length.parquet", bomb::delta_bomb(bomb::kDeltaLength, kDeltaValues), "decompression bomb"},
-      {"bomb_shared_chunk.parquet", bomb::delta_bomb(bomb::kDeltaByteArray, kDeltaValues, 3), "overlapping"},
-      {"bomb_dictionary_rle.parquet", bomb::dictionary_bomb(1u << 20, kDictionaryRun), "decompression bomb"},
+      {"refused-bomb-delta-byte-array.parquet", bomb::delta_bomb(bomb::kDeltaByteArray, kDeltaValues), "decompression bomb"},
+      {"refused-bomb-delta-length.parquet", bomb::delta_bomb(bomb::kDeltaLength, kDeltaValues), "decompression bomb"},
+      {"refused-bomb-shared-chunk.parquet", bomb::delta_bomb(bomb::kDeltaByteArray, kDeltaValues, 3), "overlapping"},
+      {"refused-bomb-dictionary-rle.parquet", bomb::dictionary_bomb(1u << 20, kDictionaryRun), "decompression bomb"},
   };
 }
 
@@ -230,7 +230,7 @@ TEST(HostileParquet, LimitOverridesAreChecked) {
   unsetenv("CLOCKLM_PARQUET_MAX_RATIO");
 
   // Without the ratio rule the row-group limit still refuses the bomb, naming its variable.
-  Bomb b{"bomb_dictionary_rle.parquet", bomb::dictionary_bomb(1u << 20, kDictionaryRun), "MAX_ROW_GROUP_MB"};
+  Bomb b{"refused-bomb-dictionary-rle.parquet", bomb::dictionary_bomb(1u << 20, kDictionaryRun), "MAX_ROW_GROUP_MB"};
   expect_refused(b, "data count", "CLOCKLM_PARQUET_MAX_RATIO=0");
 }
 
