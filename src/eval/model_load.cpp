@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "checkpoint/checkpoint.h"
 
 namespace clm {
@@ -21,11 +22,8 @@ LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T, c
   fs::path rd = fs::path(m.checkpoint).parent_path().parent_path();
   if (!rd.empty() && fs::exists(rd / "run.json")) {
     m.run_dir = rd.string();
-    try {
-      m.run = nlohmann::json::parse(read_file((rd / "run.json").string()));
-    } catch (const nlohmann::json::exception&) {
-      m.run = nullptr;  // the run record is optional for evaluation
-    }
+    // The run record is optional for evaluation: an unreadable one counts as absent.
+    if (!try_parse_json(read_file((rd / "run.json").string()), m.run)) m.run = nullptr;
   }
   int T = max_T > 0 ? max_T : m.cfg.model.seq_len;
   m.device = make_backend(device);

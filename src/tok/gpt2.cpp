@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "tok/bpe.h"
 #include "tok/byte_level.h"
 
@@ -18,11 +19,7 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   const std::string enc_path = (fs::path(dir) / "encoder.json").string();
   const std::string bpe_path = (fs::path(dir) / "vocab.bpe").string();
   json enc;
-  try {
-    enc = json::parse(encoder_json);
-  } catch (const json::exception& e) {
-    fail("malformed {}: {}", enc_path, e.what());
-  }
+  if (std::string why; !try_parse_json(encoder_json, enc, &why)) fail("malformed {}: {}", enc_path, why);
   if (!enc.is_object() || enc.empty()) fail("malformed {}: expected an object of token -> id", enc_path);
   std::unordered_map<std::string, uint32_t> ids;
   // Ids are 0..n-1 for n entries (build_tokenizer checks each is defined once); one outside that
