@@ -417,6 +417,10 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
               {"val_tokens", integer("bpb: target positions evaluated (default 2^20)", 1)},
               {"batch", integer("Rows per forward (default 8)", 1)},
               {"data", str("bpb: dataset folder (default: the run's)")},
+              {"allow_tokenizer_mismatch",
+               {{"type", "boolean"},
+                {"description", "bpb: evaluate on a dataset whose tokenizer is not the one the "
+                                "checkpoint was trained with (default false: refused)"}}},
               {"bundle", str("core: CORE bundle folder")},
               {"max_per_task", integer("core: at most this many items per task (0 = all)", 0)},
               {"device", str("Backend: cpu | cuda[:N] | auto")}},
@@ -433,7 +437,11 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
          if (metric == "bpb") {
            LoadedModel lm = load_model_for_eval(what, batch, 0, device);
            std::string data = resolve_data_dir(lm, opt_str(a, "data"));
-           BpbResult r = eval_bpb(*lm.gpt, data, a.value("val_tokens", int64_t(1) << 20), batch,
+           Dataset ds = Dataset::open(data);
+           check_tokenizer(lm, ds.tokenizer.hash(), ds.tokenizer.vocab_size(), data,
+                           a.value("allow_tokenizer_mismatch", false),
+                           "set allow_tokenizer_mismatch");
+           BpbResult r = eval_bpb(*lm.gpt, ds, a.value("val_tokens", int64_t(1) << 20), batch,
                                   lm.cfg.model.seq_len);
            json j = r.to_json();
            j["data"] = data;
