@@ -182,9 +182,14 @@ void add_info_tools(McpServer& s, AgentContext& ctx) {
               {"name", "config", "params", "flops_per_token", "flops_per_step"}),
        true, [](const json& a) {
          RunConfig c = load_config(a["config"].get<std::string>(), opt_strings(a, "set"));
-         ModelConfig m = c.model;
-         if (m.vocab_size == 0 && a.value("vocab_size", 0) > 0)
-           m.vocab_size = a["vocab_size"].get<int>();
+         // The vocabulary counted with goes through the override and validation that
+         // `--set model.vocab_size=N` does, so a value out of range is refused, not wrapped.
+         RunConfig counted = c;
+         if (c.model.vocab_size == 0 && a.contains("vocab_size") && a["vocab_size"] != 0) {
+           apply_overrides(counted, {"model.vocab_size=" + a["vocab_size"].dump()});
+           validate(counted);
+         }
+         const ModelConfig& m = counted.model;
          double f = flops_per_token(m, m.seq_len);
          return json{{"name", c.name},
                      {"config", to_json(c)},
@@ -493,6 +498,7 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
          so.temperature = a.value("temperature", 0.8f);
          so.top_k = a.value("top_k", 50);
          so.seed = a.value("seed", uint64_t(42));
+         check_sample_options(so);
          std::vector<int32_t> out = generate(*lm.gpt, ids, so, tok.bos_id());
          std::string completion = tok.decode(std::vector<uint32_t>(out.begin(), out.end()));
          return json{{"text", prompt + completion},

@@ -152,6 +152,7 @@ void register_eval_commands(CLI::App& app) {
   smp->add_flag("--stop-at-bos", sa->stop, "Stop at the end-of-document token");
   smp->add_option("--device", sa->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   smp->callback([sa] {
+    check_sample_options(sa->o);  // before the model is loaded
     LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 1, sa->device);  // generation uses a KVDecoder
     Tokenizer tok = resolve_tokenizer(lm, sa->tokenizer, sa->data);
     std::vector<int32_t> prompt{(int32_t)tok.bos_id()};
