@@ -32,6 +32,11 @@ std::string error_line(const nlohmann::json& id, int code, const std::string& me
       .dump();
 }
 
+std::string too_long_line() {
+  return error_line(nullptr, kParseError,
+                    fmt::format("parse error: a message longer than {} MiB", kMaxMcpLineBytes >> 20));
+}
+
 }  // namespace
 
 const std::vector<std::string>& McpServer::protocol_versions() {
@@ -185,12 +190,17 @@ void McpServer::serve(int in_fd, int out_fd) {
     buf.append(chunk, size_t(n));
     size_t start = 0, nl;
     while ((nl = buf.find('\n', std::max(start, scanned))) != std::string::npos) {
-      line = buf.substr(start, nl - start);
+      const size_t line_start = start;
       start = nl + 1;
       if (skipping) {
         skipping = false;
         continue;
       }
+      if (nl - line_start > kMaxMcpLineBytes) {  // it arrived whole within one read
+        send(too_long_line());
+        continue;
+      }
+      line = buf.substr(line_start, nl - line_start);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
       if (std::string r = handle_line(line); !r.empty()) send(r);
@@ -198,8 +208,7 @@ void McpServer::serve(int in_fd, int out_fd) {
     buf.erase(0, start);
     scanned = buf.size();
     if (!skipping && buf.size() > kMaxMcpLineBytes) {
-      send(error_line(nullptr, kParseError,
-                      fmt::format("parse error: a message longer than {} MiB", kMaxMcpLineBytes >> 20)));
+      send(too_long_line());
       skipping = true;
     }
     if (skipping) buf.clear(), scanned = 0;

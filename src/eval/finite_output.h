@@ -9,11 +9,16 @@
 
 namespace clm {
 
-// Throws Error "<what>: the model's output is not finite (<kind> <value>); ..." when v is NaN or inf.
+// Throws NonFiniteError "<what>: the model's output is not finite (<detail>); ...". A
+// NonFiniteError, so training's periodic evaluation still reports it as divergence.
+[[noreturn]] inline void refuse_non_finite_output(std::string_view what, std::string_view detail) {
+  throw NonFiniteError(fmt::format(
+      "{}: the model's output is not finite ({}); the checkpoint's weights are probably not finite", what, detail));
+}
+
+// refuse_non_finite_output when v is NaN or infinite; `kind` names v ("logit", "target loss").
 inline void require_finite_output(float v, std::string_view what, std::string_view kind) {
-  if (!std::isfinite(v))
-    fail("{}: the model's output is not finite ({} {}); the checkpoint's weights are probably not finite", what,
-         kind, v);
+  if (!std::isfinite(v)) refuse_non_finite_output(what, fmt::format("{} {}", kind, v));
 }
 
 }  // namespace clm
