@@ -1,9 +1,12 @@
 // The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must
 // accept: when a format changes, this fails and the seeds get updated, instead of the fuzzers
-// silently starting from inputs that are all rejected at the first check.
+// silently starting from inputs that are all rejected at the first check. Seeds named reject-*
+// are hostile on purpose (nesting past the JSON depth limit): their reader must refuse them with a
+// clm::Error, which the last test checks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/parquet.h"
@@ -27,13 +31,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The seed files of one target, read; at least one must exist.
-std::vector<std::pair<std::string, std::string>> seeds(const std::string& target) {
+// The seed files of one target, read: the accepted ones (at least one must exist), or with
+// `rejected` those named reject-*.
+std::vector<std::pair<std::string, std::string>> seeds(const std::string& target, bool rejected = false) {
   std::vector<std::pair<std::string, std::string>> out;
   fs::path dir = fs::path(CLOCKLM_SOURCE_DIR) / "fuzz" / "corpus" / target;
   for (const auto& e : fs::directory_iterator(dir))
-    out.emplace_back(e.path().string(), read_file(e.path().string()));
-  EXPECT_FALSE(out.empty()) << dir;
+    if ((e.path().filename().string().rfind("reject-", 0) == 0) == rejected)
+      out.emplace_back(e.path().string(), read_file(e.path().string()));
+  if (!rejected) EXPECT_FALSE(out.empty()) << dir;
   return out;
 }
 
@@ -119,5 +125,38 @@ TEST(FuzzSeeds, ParquetFilesAreRead) {
     size_t docs = 0;
     for (size_t g = 0; g < f->row_groups(); ++g) docs += f->read_row_group(g).docs.size();
     EXPECT_GT(docs, 0u) << path;
+  }
+}
+
+TEST(FuzzSeeds, RejectedSeedsAreRefusedWithAnError) {
+  // Each reader of a corpus with reject-* seeds, given the seed as its whole input.
+  const std::vector<std::pair<std::string, std::function<void(const std::string&, const std::string&)>>> readers = {
+      {"fuzz_config", [](auto& path, auto& text) { config_from_json_text(text, path, "seed"); }},
+      {"fuzz_manifest", [](auto&, auto& text) { parse_dataset_manifest(text, "/d"); }},
+      {"fuzz_tokenizer_json", [](auto& path, auto& text) { Tokenizer::from_json(text, path); }},
+      {"fuzz_tokenizer_hf", [](auto& path, auto& text) { parse_hf_tokenizer_text(text, path); }},
+      {"fuzz_sweep", [](auto& path, auto& text) { parse_sweep_spec_text(text, path); }},
+      {"fuzz_checkpoint", [](auto& path, auto& blob) { parse_checkpoint(blob, path); }},
+  };
+  int refused = 0;
+  for (auto& [target, read] : readers)
+    for (auto& [path, text] : seeds(target, true)) {
+      try {
+        read(path, text);
+        ADD_FAILURE() << path << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << path << ": " << e.what();
+        ++refused;
+      }
+    }
+  EXPECT_GE(refused, 6);
+}
+
+TEST(FuzzSeeds, JsonSeedsAreReadAsTheirNamesSay) {
+  // fuzz_json's seeds sit just under and just over the depth limit: *-refused must be refused.
+  for (auto& [path, text] : seeds("fuzz_json")) {
+    nlohmann::json j;
+    const bool refused = path.find("-refused") != std::string::npos;
+    EXPECT_EQ(try_parse_json(text, j, nullptr, {.allow_comments = true}), !refused) << path;
   }
 }
