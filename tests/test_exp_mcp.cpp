@@ -124,11 +124,16 @@ TEST_F(ExpMcp, ProtocolErrorsAreJsonRpcErrorsAndTheServerKeepsServing) {
        kInvalidParams, "unknown property 'bogus'"},
       {R"({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"clocklm://experiments/exp-0001/../../etc/passwd"}})",
        kResourceNotFound, "resource not found"},
+      // Nesting far past the parser's depth limit: refused while parsing, never walked.
+      {R"({"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":)" + std::string(200000, '[') +
+           std::string(200000, ']') + "}}",
+       kParseError, "nested deeper than 256 levels"},
   };
   for (const auto& c : cases) {
     json r = rpc(c.line);
-    ASSERT_TRUE(r.contains("error")) << c.line << " -> " << r.dump();
-    EXPECT_EQ(r["error"]["code"], c.code) << c.line;
+    ASSERT_TRUE(r.contains("error")) << c.line.substr(0, 200) << " -> " << r.dump();
+    EXPECT_EQ(r["error"]["code"], c.code) << c.line.substr(0, 200);
+    if (c.code == kParseError) EXPECT_TRUE(r["id"].is_null()) << r.dump();
     EXPECT_NE(r["error"]["message"].get<std::string>().find(c.message), std::string::npos)
         << r.dump();
     expect_alive();

@@ -1,11 +1,13 @@
 // The fuzz targets' seed files (fuzz/corpus/<target>/) are real files that every reader must
 // accept: when a format changes, this fails and the seeds get updated, instead of the fuzzers
 // silently starting from inputs that are all rejected at the first check. A seed named refused-*
-// is the opposite on purpose (a shape the reader must refuse, so the fuzzer starts next to that
-// check): it must be refused with an Error.
+// is the opposite on purpose (a hostile shape the reader must refuse, so the fuzzer starts next to
+// that check): it must be refused with a clm::Error. The refused-deep-* seeds nest past the JSON
+// depth limit and are checked for that error by their own test.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/parquet.h"
@@ -29,20 +32,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The seed files of one target, read; at least one must exist.
-std::vector<std::pair<std::string, std::string>> seeds(const std::string& target) {
+bool named_refused(const std::string& path) { return fs::path(path).filename().string().rfind("refused-", 0) == 0; }
+
+// The seed files of one target, read: all but the refused-deep-* ones (at least one must exist), or
+// with `deep` only those.
+std::vector<std::pair<std::string, std::string>> seeds(const std::string& target, bool deep = false) {
   std::vector<std::pair<std::string, std::string>> out;
   fs::path dir = fs::path(CLOCKLM_SOURCE_DIR) / "fuzz" / "corpus" / target;
   for (const auto& e : fs::directory_iterator(dir))
-    out.emplace_back(e.path().string(), read_file(e.path().string()));
-  EXPECT_FALSE(out.empty()) << dir;
+    if ((e.path().filename().string().rfind("refused-deep-", 0) == 0) == deep)
+      out.emplace_back(e.path().string(), read_file(e.path().string()));
+  if (!deep) EXPECT_FALSE(out.empty()) << dir;
   return out;
 }
 
 // A tokenizer seed loads and round-trips a sample, or, named refused-*, is refused with an Error.
 template <class Load>
 void expect_tokenizer_seed(const std::string& path, Load load) {
-  if (fs::path(path).filename().string().rfind("refused-", 0) == 0) {
+  if (named_refused(path)) {
     EXPECT_THROW(load(), Error) << path;
     return;
   }
@@ -127,10 +134,43 @@ TEST(FuzzSeeds, ParquetFilesAreRead) {
       for (size_t g = 0; g < f->row_groups(); ++g) docs += f->read_row_group(g).docs.size();
       return docs;
     };
-    if (fs::path(path).filename().string().rfind("refused-", 0) == 0) {
+    if (named_refused(path)) {
       EXPECT_THROW(read_all(), Error) << path;
       continue;
     }
     EXPECT_GT(read_all(), 0u) << path;
+  }
+}
+
+TEST(FuzzSeeds, DeepSeedsAreRefusedForTheirDepth) {
+  // Each reader of a corpus with refused-deep-* seeds, given the seed as its whole input.
+  const std::vector<std::pair<std::string, std::function<void(const std::string&, const std::string&)>>> readers = {
+      {"fuzz_config", [](auto& path, auto& text) { config_from_json_text(text, path, "seed"); }},
+      {"fuzz_manifest", [](auto&, auto& text) { parse_dataset_manifest(text, "/d"); }},
+      {"fuzz_tokenizer_json", [](auto& path, auto& text) { Tokenizer::from_json(text, path); }},
+      {"fuzz_tokenizer_hf", [](auto& path, auto& text) { parse_hf_tokenizer_text(text, path); }},
+      {"fuzz_sweep", [](auto& path, auto& text) { parse_sweep_spec_text(text, path); }},
+      {"fuzz_checkpoint", [](auto& path, auto& blob) { parse_checkpoint(blob, path); }},
+  };
+  int refused = 0;
+  for (auto& [target, read] : readers)
+    for (auto& [path, text] : seeds(target, true)) {
+      try {
+        read(path, text);
+        ADD_FAILURE() << path << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << path << ": " << e.what();
+        ++refused;
+      }
+    }
+  EXPECT_GE(refused, 6);
+}
+
+TEST(FuzzSeeds, JsonSeedsAreReadAsTheirNamesSay) {
+  // fuzz_json's seeds sit just under and just over the depth limit: refused-* must be refused.
+  for (auto& [path, text] : seeds("fuzz_json")) {
+    nlohmann::json j;
+    const bool refused = named_refused(path);
+    EXPECT_EQ(try_parse_json(text, j, nullptr, {.allow_comments = true}), !refused) << path;
   }
 }

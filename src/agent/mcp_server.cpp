@@ -14,6 +14,7 @@
 
 #include "agent/json_schema.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -29,6 +30,11 @@ std::string error_line(const nlohmann::json& id, int code, const std::string& me
   return nlohmann::json{
       {"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}}
       .dump();
+}
+
+std::string too_long_line() {
+  return error_line(nullptr, kParseError,
+                    fmt::format("parse error: a message longer than {} MiB", kMaxMcpLineBytes >> 20));
 }
 
 }  // namespace
@@ -124,9 +130,9 @@ nlohmann::json McpServer::dispatch(const std::string& method, const nlohmann::js
 }
 
 std::string McpServer::handle_line(const std::string& line) {
-  nlohmann::json msg = nlohmann::json::parse(line, nullptr, false);
-  if (msg.is_discarded())
-    return error_line(nullptr, kParseError, "parse error: the message is not valid JSON");
+  nlohmann::json msg;
+  if (std::string why; !try_parse_json(line, msg, &why))
+    return error_line(nullptr, kParseError, "parse error: the message is not valid JSON: " + why);
   if (msg.is_array())
     return error_line(nullptr, kInvalidRequest, "invalid request: batches are not supported");
   if (!msg.is_object())
@@ -173,20 +179,39 @@ void McpServer::serve(int in_fd, int out_fd) {
       off += size_t(n);
     }
   };
+  // `scanned`: bytes of buf already known to hold no newline, so a long line is scanned once.
+  // `skipping`: the current line went over the limit; its bytes are dropped until its newline.
+  size_t scanned = 0;
+  bool skipping = false;
   while (true) {
     ssize_t n = ::read(in_fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     buf.append(chunk, size_t(n));
     size_t start = 0, nl;
-    while ((nl = buf.find('\n', start)) != std::string::npos) {
-      line = buf.substr(start, nl - start);
+    while ((nl = buf.find('\n', std::max(start, scanned))) != std::string::npos) {
+      const size_t line_start = start;
       start = nl + 1;
+      if (skipping) {
+        skipping = false;
+        continue;
+      }
+      if (nl - line_start > kMaxMcpLineBytes) {  // it arrived whole within one read
+        send(too_long_line());
+        continue;
+      }
+      line = buf.substr(line_start, nl - line_start);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
       if (std::string r = handle_line(line); !r.empty()) send(r);
     }
     buf.erase(0, start);
+    scanned = buf.size();
+    if (!skipping && buf.size() > kMaxMcpLineBytes) {
+      send(too_long_line());
+      skipping = true;
+    }
+    if (skipping) buf.clear(), scanned = 0;
   }
 }
 

@@ -42,6 +42,10 @@ enum McpErrorCode : int {
   kResourceNotFound = -32002,
 };
 
+// The longest message line read; a longer one is answered with a parse error and skipped. Real
+// requests are a few KiB (tool arguments are names, numbers and short lists).
+inline constexpr size_t kMaxMcpLineBytes = size_t(16) << 20;
+
 class McpServer {
  public:
   McpServer(std::string name, std::string version, std::string instructions);
@@ -53,6 +57,7 @@ class McpServer {
   // nothing is to be sent (notifications, responses).
   std::string handle_line(const std::string& line);
   // Reads messages from in_fd until end of input, writing each response as one line to out_fd.
+  // A line over kMaxMcpLineBytes is answered with a parse error and skipped, not buffered.
   void serve(int in_fd, int out_fd);
 
   // Protocol revisions understood, newest first; initialize answers with the client's when listed.

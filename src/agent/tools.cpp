@@ -182,9 +182,14 @@ void add_info_tools(McpServer& s, AgentContext& ctx) {
               {"name", "config", "params", "flops_per_token", "flops_per_step"}),
        true, [](const json& a) {
          RunConfig c = load_config(a["config"].get<std::string>(), opt_strings(a, "set"));
-         ModelConfig m = c.model;
-         if (m.vocab_size == 0 && a.value("vocab_size", 0) > 0)
-           m.vocab_size = a["vocab_size"].get<int>();
+         // The vocabulary counted with goes through the override and validation that
+         // `--set model.vocab_size=N` does, so a value out of range is refused, not wrapped.
+         RunConfig counted = c;
+         if (c.model.vocab_size == 0 && a.contains("vocab_size") && a["vocab_size"] != 0) {
+           apply_overrides(counted, {"model.vocab_size=" + a["vocab_size"].dump()});
+           validate(counted);
+         }
+         const ModelConfig& m = counted.model;
          double f = flops_per_token(m, m.seq_len);
          return json{{"name", c.name},
                      {"config", to_json(c)},
@@ -417,6 +422,10 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
               {"val_tokens", integer("bpb: target positions evaluated (default 2^20)", 1)},
               {"batch", integer("Rows per forward (default 8)", 1)},
               {"data", str("bpb: dataset folder (default: the run's)")},
+              {"allow_tokenizer_mismatch",
+               {{"type", "boolean"},
+                {"description", "bpb: evaluate on a dataset whose tokenizer is not the one the "
+                                "checkpoint was trained with (default false: refused)"}}},
               {"bundle", str("core: CORE bundle folder")},
               {"max_per_task", integer("core: at most this many items per task (0 = all)", 0)},
               {"device", str("Backend: cpu | cuda[:N] | auto")}},
@@ -433,7 +442,11 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
          if (metric == "bpb") {
            LoadedModel lm = load_model_for_eval(what, batch, 0, device);
            std::string data = resolve_data_dir(lm, opt_str(a, "data"));
-           BpbResult r = eval_bpb(*lm.gpt, data, a.value("val_tokens", int64_t(1) << 20), batch,
+           Dataset ds = Dataset::open(data);
+           check_tokenizer(lm, ds.tokenizer.hash(), ds.tokenizer.vocab_size(), data,
+                           a.value("allow_tokenizer_mismatch", false),
+                           "set allow_tokenizer_mismatch");
+           BpbResult r = eval_bpb(*lm.gpt, ds, a.value("val_tokens", int64_t(1) << 20), batch,
                                   lm.cfg.model.seq_len);
            json j = r.to_json();
            j["data"] = data;
@@ -485,6 +498,7 @@ void add_analysis_tools(McpServer& s, AgentContext& ctx) {
          so.temperature = a.value("temperature", 0.8f);
          so.top_k = a.value("top_k", 50);
          so.seed = a.value("seed", uint64_t(42));
+         check_sample_options(so);
          std::vector<int32_t> out = generate(*lm.gpt, ids, so, tok.bos_id());
          std::string completion = tok.decode(std::vector<uint32_t>(out.begin(), out.end()));
          return json{{"text", prompt + completion},

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "model/config.h"
 
 namespace clm {
@@ -75,11 +76,8 @@ Parsed parse_header(const std::string& path, const char* h, size_t file_size) {
 
 nlohmann::json parse_meta(const std::string& path, const char* text, size_t n) {
   nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(text, text + n);
-  } catch (const nlohmann::json::exception&) {
-    fail("checkpoint {} is corrupt (unreadable metadata)", path);
-  }
+  if (std::string why; !try_parse_json(std::string_view(text, n), meta, &why))
+    fail("checkpoint {} is corrupt (unreadable metadata: {})", path, why);
   if (!meta.is_object()) fail("checkpoint {} is corrupt (its metadata is not a JSON object)", path);
   return meta;
 }

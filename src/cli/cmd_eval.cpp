@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "data/dataset.h"
 #include "eval/bpb.h"
 #include "eval/core.h"
 #include "eval/logits.h"
@@ -42,6 +43,7 @@ void register_eval_commands(CLI::App& app) {
     std::string checkpoint, data, json, device = "auto";
     int64_t val_tokens = 1 << 20;
     int batch = 8, seq_len = 0;
+    bool allow_tokenizer_mismatch = false;
   };
   auto ba = std::make_shared<BpbArgs>();
   auto* bpb = ev->add_subcommand("bpb", "Validation bits per byte on a fixed prefix of the val split");
@@ -52,11 +54,15 @@ void register_eval_commands(CLI::App& app) {
   bpb->add_option("--seq-len", ba->seq_len, "Row length T (default: the model's seq_len)");
   bpb->add_option("--json", ba->json, "Write the result as JSON");
   bpb->add_option("--device", ba->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
+  bpb->add_flag("--allow-tokenizer-mismatch", ba->allow_tokenizer_mismatch,
+                "Evaluate on a dataset whose tokenizer is not the one the checkpoint was trained with");
   bpb->callback([ba] {
     LoadedModel lm = load_model_for_eval(ba->checkpoint, ba->batch, ba->seq_len, ba->device);
     std::string data = resolve_data_dir(lm, ba->data);
+    Dataset ds = Dataset::open(data);
+    check_tokenizer(lm, ds.tokenizer.hash(), ds.tokenizer.vocab_size(), data, ba->allow_tokenizer_mismatch);
     int T = ba->seq_len > 0 ? ba->seq_len : lm.cfg.model.seq_len;
-    BpbResult r = eval_bpb(*lm.gpt, data, ba->val_tokens, ba->batch, T);
+    BpbResult r = eval_bpb(*lm.gpt, ds, ba->val_tokens, ba->batch, T);
     std::printf("val bpb %.6f  (%lld tokens, %lld bytes, %lld positions of %s's val split, T=%d, %.1fs)\n", r.bpb,
                 (long long)r.tokens, (long long)r.bytes, (long long)r.positions, data.c_str(), T, r.seconds);
     nlohmann::json j = r.to_json();
@@ -146,6 +152,7 @@ void register_eval_commands(CLI::App& app) {
   smp->add_flag("--stop-at-bos", sa->stop, "Stop at the end-of-document token");
   smp->add_option("--device", sa->device, "Backend: cpu | cuda[:N] | auto")->capture_default_str();
   smp->callback([sa] {
+    check_sample_options(sa->o);  // before the model is loaded
     LoadedModel lm = load_model_for_eval(sa->checkpoint, 1, 1, sa->device);  // generation uses a KVDecoder
     Tokenizer tok = resolve_tokenizer(lm, sa->tokenizer, sa->data);
     std::vector<int32_t> prompt{(int32_t)tok.bos_id()};

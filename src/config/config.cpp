@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -478,12 +479,7 @@ RunConfig run_config_from_json(const nlohmann::json& j) {
 
 RunConfig config_from_json_text(std::string_view text, const std::string& where,
                                 const std::string& name) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // also a number too large for a double
-    fail("{}: malformed JSON: {}", where, e.what());
-  }
+  const nlohmann::json j = parse_json(text, where);  // also refuses a number too large for a double
   RunConfig c;
   if (j.is_object() && j.contains("base")) {
     if (!j["base"].is_string() || !find_preset(j["base"].get<std::string>(), c))

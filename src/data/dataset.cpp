@@ -15,6 +15,7 @@
 
 #include "core/common.h"
 #include "core/json_get.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -188,7 +189,7 @@ DatasetInfo parse_dataset_manifest(std::string_view text, const std::string& dir
   info.dir = dir;
   std::string mpath = (fs::path(dir) / "manifest.json").string();
   try {
-    info.manifest = nlohmann::json::parse(text);
+    info.manifest = parse_json(text, mpath);
     const auto& tok = info.manifest.at("tokenizer");
     info.bos_id = json_int<uint32_t>(tok.at("bos_id"), mpath + ": tokenizer.bos_id");
     info.vocab_size = json_int<uint32_t>(tok.at("vocab_size"), mpath + ": tokenizer.vocab_size");

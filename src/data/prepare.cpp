@@ -20,6 +20,7 @@
 #include "core/common.h"
 #include "core/folder_guard.h"
 #include "core/folder_swap.h"
+#include "core/json_parse.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/preset.h"
@@ -264,8 +265,8 @@ std::optional<nlohmann::json> existing_preparation(const fs::path& out, const Pr
   bool is_dataset = false;
   if (fs::exists(out / "manifest.json", ec)) {
     try {
-      old = nlohmann::json::parse(read_file((out / "manifest.json").string()));
-      is_dataset = old.value("format", "") == "clocklm-dataset";
+      if (try_parse_json(read_file((out / "manifest.json").string()), old) && old.is_object())
+        is_dataset = old.value("format", "") == "clocklm-dataset";
     } catch (const nlohmann::json::exception&) {
     }
   }

@@ -8,6 +8,7 @@
 #include "core/common.h"
 #include "core/progress.h"
 #include "dist/comm.h"
+#include "eval/finite_output.h"
 
 namespace clm {
 
@@ -34,7 +35,7 @@ void bpb_accumulate(BpbResult& r, const int32_t* targets, const float* token_los
     if ((size_t)t >= token_bytes.size()) fail("bpb: target id {} outside the tokenizer's {} ids", t, token_bytes.size());
     uint32_t nb = token_bytes[t];
     if (nb == 0) continue;  // special token (BOS): not text, excluded from both sums
-    if (!std::isfinite(token_loss[i])) fail("bpb: non-finite loss {} at a target position", token_loss[i]);
+    require_finite_output(token_loss[i], "bpb", "target loss");
     nats += token_loss[i];
     tokens++;
     bytes += nb;

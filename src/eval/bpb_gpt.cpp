@@ -7,6 +7,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/bpb.h"
+#include "eval/finite_output.h"
 #include "model/gpt.h"
 
 namespace clm {
@@ -55,7 +56,11 @@ BpbResult eval_bpb(GPT& model, const Dataset& ds, int64_t val_tokens, int B, int
   };
   return eval_bpb(next_batch,
                   [&](const int32_t* in, const int32_t* tg, int b, int t, float* loss) {
-                    model.forward(in, tg, b, t, loss, nullptr);
+                    try {
+                      model.forward(in, tg, b, t, loss, nullptr);
+                    } catch (const NonFiniteError& e) {  // the mean loss: said as sample says it
+                      refuse_non_finite_output("bpb", e.what());
+                    }
                   },
                   ds.tokenizer.token_bytes(), val_tokens, B, T, progress, comm);
 }

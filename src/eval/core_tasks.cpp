@@ -7,6 +7,7 @@
 
 #include "core/common.h"
 #include "core/json_get.h"
+#include "core/json_parse.h"
 #include "eval/core.h"
 
 namespace clm {
@@ -248,11 +249,7 @@ std::vector<nlohmann::json> parse_core_items(std::string_view text, const std::s
     pos = nl + 1;
     lineno++;
     if (trim_ascii(line).empty()) continue;
-    try {
-      items.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}:{}: malformed JSON ({})", path, lineno, e.what());
-    }
+    items.push_back(parse_json(line, fmt::format("{}:{}", path, lineno)));
     if (!items.back().is_object()) fail("{}:{}: expected a JSON object", path, lineno);
   }
   return items;

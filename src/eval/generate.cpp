@@ -12,7 +12,7 @@ namespace clm {
 namespace {
 void check_lengths(const GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt) {
   if (prompt.empty()) fail("sample: empty prompt");
-  if (opt.tokens < 0) fail("sample: --tokens must be >= 0");
+  check_sample_options(opt);
   int64_t need = (int64_t)prompt.size() + opt.tokens;
   if (need > model.config().seq_len)
     fail("sample: prompt ({} tokens) + {} new tokens exceed the model's context of {}", prompt.size(), opt.tokens,

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "checkpoint/checkpoint.h"
 
 namespace clm {
@@ -21,11 +22,8 @@ LoadedModel load_model_for_eval(const std::string& path, int max_B, int max_T, c
   fs::path rd = fs::path(m.checkpoint).parent_path().parent_path();
   if (!rd.empty() && fs::exists(rd / "run.json")) {
     m.run_dir = rd.string();
-    try {
-      m.run = nlohmann::json::parse(read_file((rd / "run.json").string()));
-    } catch (const nlohmann::json::exception&) {
-      m.run = nullptr;  // the run record is optional for evaluation
-    }
+    // The run record is optional for evaluation: an unreadable one counts as absent.
+    if (!try_parse_json(read_file((rd / "run.json").string()), m.run)) m.run = nullptr;
   }
   int T = max_T > 0 ? max_T : m.cfg.model.seq_len;
   m.device = make_backend(device);
@@ -61,13 +59,33 @@ Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_f
     if (!path_exists(src)) fail("the run's dataset {} no longer exists; pass --tokenizer PATH or --data DIR", src);
   }
   Tokenizer tok = Tokenizer::load(src);
-  if ((int64_t)tok.vocab_size() > (int64_t)m.cfg.model.vocab_size)
-    fail("tokenizer {} has {} ids but the model's vocabulary is {}", src, tok.vocab_size(), m.cfg.model.vocab_size);
-  if (m.run.is_object() && m.run.contains("dataset") && m.run["dataset"].contains("tokenizer_hash") &&
-      m.run["dataset"]["tokenizer_hash"].is_string() && m.run["dataset"]["tokenizer_hash"] != tok.hash())
-    std::fprintf(stderr, "warning: tokenizer %s (hash %s) is not the one the run was trained with (%s)\n", src.c_str(),
-                 tok.hash().c_str(), m.run["dataset"]["tokenizer_hash"].get<std::string>().c_str());
+  check_tokenizer(m, tok.hash(), tok.vocab_size(), src, /*allow_mismatch=*/true);
   return tok;
+}
+
+std::string trained_tokenizer_hash(const LoadedModel& m) {
+  if (m.meta.is_object() && m.meta.contains("tokenizer_hash") && m.meta["tokenizer_hash"].is_string() &&
+      !m.meta["tokenizer_hash"].get<std::string>().empty())
+    return m.meta["tokenizer_hash"].get<std::string>();
+  if (m.run.is_object() && m.run.contains("dataset") && m.run["dataset"].is_object() &&
+      m.run["dataset"].contains("tokenizer_hash") && m.run["dataset"]["tokenizer_hash"].is_string())
+    return m.run["dataset"]["tokenizer_hash"].get<std::string>();
+  return "";
+}
+
+void check_tokenizer(const LoadedModel& m, const std::string& hash, int64_t vocab_size, const std::string& src,
+                     bool allow_mismatch, const std::string& allow_hint) {
+  if (vocab_size > (int64_t)m.cfg.model.vocab_size)
+    fail("tokenizer {} has {} ids but the model's vocabulary is {}", src, vocab_size, m.cfg.model.vocab_size);
+  const std::string trained = trained_tokenizer_hash(m);
+  if (trained.empty() || trained == hash) return;
+  if (allow_mismatch) {
+    std::fprintf(stderr, "warning: tokenizer %s (hash %s) is not the one the run was trained with (%s)\n", src.c_str(),
+                 hash.c_str(), trained.c_str());
+    return;
+  }
+  fail("tokenizer {} (hash {}, {} ids) is not the one {} was trained with (hash {}); {} to use it anyway", src, hash,
+       vocab_size, m.checkpoint, trained, allow_hint.empty() ? "pass --allow-tokenizer-mismatch" : allow_hint);
 }
 
 }  // namespace clm

@@ -28,8 +28,17 @@ LoadedModel load_model_for_eval(const std::string& checkpoint_or_run, int max_B,
                                 const std::string& device = "auto");
 // --data if given, else the dataset the run recorded; throws Error naming what is missing.
 std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag);
-// --tokenizer if given, else the tokenizer of --data, else of the run's dataset. Checks that the
-// tokenizer's ids fit the model's vocabulary and warns when its hash differs from the run's.
+// --tokenizer if given, else the tokenizer of --data, else of the run's dataset. Checks it with
+// check_tokenizer, warning (not refusing) when its hash differs from the trained one.
 Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag);
+// The hash of the tokenizer the model was trained with: the checkpoint metadata's, else the run's
+// record in run.json; "" when neither records one.
+std::string trained_tokenizer_hash(const LoadedModel& m);
+// Checks a tokenizer (its hash and number of ids; `src` names its file or dataset) against the
+// model: more ids than the model's vocabulary is always refused (they would index past the
+// embedding); a hash other than trained_tokenizer_hash is refused, naming `allow_hint` as the way
+// to proceed, unless allow_mismatch, which only warns on stderr.
+void check_tokenizer(const LoadedModel& m, const std::string& hash, int64_t vocab_size, const std::string& src,
+                     bool allow_mismatch, const std::string& allow_hint = "");
 
 }  // namespace clm

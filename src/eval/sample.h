@@ -18,9 +18,14 @@ struct SampleOptions {
   bool stop_at_bos = false;  // stop when the model emits BOS (end of document)
 };
 
+// Refuses options generation cannot honour: a negative token count or top_k, a temperature that is
+// negative or not finite. The CLI and the MCP tool call it before loading the model.
+void check_sample_options(const SampleOptions& opt);
+
 // The next token from logits over the real vocabulary [0, V). temperature 0 -> argmax (first on
 // ties); otherwise softmax(logits / temperature) restricted to the top_k largest, sampled with
-// one rng.uniform() draw. Deterministic for a given rng state.
+// one rng.uniform() draw. Deterministic for a given rng state. A logit that is not finite is
+// refused (require_finite_output), as eval bpb refuses such a loss.
 int32_t sample_token(const float* logits, int V, float temperature, int top_k, Rng& rng);
 
 // Generates with the KV cache: the prompt is processed once, then one token per step.

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/journal.h"
 #include "exp/runs.h"
 
@@ -35,7 +36,7 @@ nlohmann::json experiment_results(ExperimentQueue& q, const Experiment& e, int t
                       {"journal", journal_entry(q, e)},          {"log_tail", ""}};
   std::string run = e.run_dir();
   if (path_exists(run + "/summary.json"))
-    j["summary"] = nlohmann::json::parse(read_file(run + "/summary.json"));
+    j["summary"] = parse_json(read_file(run + "/summary.json"), run + "/summary.json");
   if (path_exists(run + "/metrics.jsonl")) {
     std::vector<std::string> warnings;
     auto rows = parse_metrics(read_file(run + "/metrics.jsonl"), run + "/metrics.jsonl", &warnings);

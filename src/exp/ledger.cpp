@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/runs.h"
 
 namespace clm {
@@ -45,7 +46,7 @@ void check_cap(const Ledger& l, double budget_seconds, const std::string& queue_
 double run_device_seconds(const std::string& run_dir) {
   try {
     if (path_exists(run_dir + "/summary.json")) {
-      auto s = nlohmann::json::parse(read_file(run_dir + "/summary.json"));
+      auto s = parse_json(read_file(run_dir + "/summary.json"), run_dir + "/summary.json");
       if (s.contains("device_seconds") && s["device_seconds"].is_number())
         return s["device_seconds"].get<double>();
     }

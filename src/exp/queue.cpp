@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "data/dataset.h"
 #include "exp/process.h"
 #include "exp/runinfo.h"
@@ -54,9 +55,7 @@ std::string absolute(const std::string& p) {
 
 nlohmann::json read_json(const std::string& path) {
   std::string text = read_file(path);
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) fail("{}: malformed JSON", path);
-  return j;
+  return parse_json(text, path);
 }
 
 // The reason a training process failed: the last error line it printed, else its exit status.

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/plot.h"
 
 namespace clm {
@@ -307,8 +308,8 @@ ReportFiles write_report(const RunData& run) {
   }
   std::string prof = run.dir + "/profile/profile.json";
   if (path_exists(prof)) {
-    auto pj = nlohmann::json::parse(read_file(prof), nullptr, false);
-    if (pj.is_object() && pj.contains("ops")) {
+    nlohmann::json pj;
+    if (try_parse_json(read_file(prof), pj) && pj.is_object() && pj.contains("ops")) {
       Table pt{{"op", "phase", "ms/step", "share", "GFLOP/s", "GB/s", "%roof", "bound"}};
       int n = 0;
       for (auto& o : pj["ops"]) {

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/cache_dir.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/runinfo.h"
 
 namespace clm {
@@ -147,7 +148,7 @@ Roofline machine_roofline(bool refresh, int threads, std::FILE* log) {
   std::string path = roofline_cache_path(threads);
   if (!refresh && !path.empty() && path_exists(path)) {
     try {
-      return roofline_from_json(nlohmann::json::parse(read_file(path)));
+      return roofline_from_json(parse_json(read_file(path), path));
     } catch (const std::exception& e) {
       if (log) std::fprintf(log, "roofline: ignoring unreadable cache %s (%s); re-measuring\n", path.c_str(), e.what());
     }

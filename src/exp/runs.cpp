@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -105,8 +106,8 @@ std::vector<nlohmann::json> parse_metrics(const std::string& text, const std::st
     pos = terminated ? nl + 1 : text.size();
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
+    nlohmann::json j;
+    if (!try_parse_json(line, j) || !j.is_object()) {
       if (!terminated) {  // the writer died mid-line; everything before it is good
         if (warnings) warnings->push_back(fmt::format("{} line {}: skipped a torn final line", what, line_no));
         break;
@@ -122,8 +123,7 @@ std::vector<nlohmann::json> parse_metrics(const std::string& text, const std::st
 
 static nlohmann::json read_json_file(const std::string& path) {
   std::string text = read_file(path);
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) fail("{}: malformed JSON", path);
+  nlohmann::json j = parse_json(text, path);
   if (!j.is_object()) fail("{}: expected a JSON object", path);
   return j;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "data/dataset.h"
 #include "exp/plan_family.h"
 #include "model/config.h"
@@ -153,8 +154,8 @@ void read_law_points(const std::string& file, std::vector<LawPoint>& out) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     LawPoint p;
+    const nlohmann::json j = parse_json(line, fmt::format("plan: {} line {}", file, line_no));
     try {
-      const nlohmann::json j = nlohmann::json::parse(line);
       p.run = j.value("run", fmt::format("{}:{}", file, line_no));
       p.matrix_params = j.at("matrix_params").get<double>();
       p.train_bytes = j.at("train_bytes").get<double>();
@@ -182,13 +183,10 @@ std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths
     else collect_runs(p, dirs, 0);
   }
   for (const fs::path& d : dirs) {
-    nlohmann::json s, cj;
-    try {
-      s = nlohmann::json::parse(read_file((d / "summary.json").string()));
-      cj = nlohmann::json::parse(read_file((d / "config.json").string()));
-    } catch (const nlohmann::json::exception& e) {
-      fail("plan: {} has an unreadable summary.json or config.json ({})", d.string(), e.what());
-    }
+    const nlohmann::json s = parse_json(read_file((d / "summary.json").string()),
+                                        "plan: " + (d / "summary.json").string());
+    const nlohmann::json cj = parse_json(read_file((d / "config.json").string()),
+                                         "plan: " + (d / "config.json").string());
     const RunConfig rc = run_config_from_json(cj);
     LawPoint p;
     p.run = d.string();
@@ -199,7 +197,7 @@ std::vector<LawPoint> law_points_from_runs(const std::vector<std::string>& paths
     // it for the same text and tokenizer).
     double bpt = 0;
     try {
-      const nlohmann::json rj = nlohmann::json::parse(read_file((d / "run.json").string()));
+      const nlohmann::json rj = parse_json(read_file((d / "run.json").string()), "run.json");
       bpt = train_bytes_per_token(read_dataset_info(rj.at("dataset").at("dir").get<std::string>()));
     } catch (const std::exception&) {
       bpt = 0;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/sweep.h"
 
 namespace clm {
@@ -179,8 +180,7 @@ SweepSpec parse_sweep_spec(const nlohmann::ordered_json& j, const std::string& b
 }
 
 SweepSpec parse_sweep_spec_text(std::string_view text, const std::string& path) {
-  auto j = nlohmann::ordered_json::parse(text, nullptr, false, true);  // comments allowed
-  if (j.is_discarded()) fail("{}: malformed JSON", path);
+  auto j = parse_ordered_json(text, path, {.allow_comments = true});
   try {
     return parse_sweep_spec(j, fs::path(path).parent_path().string(),
                             fs::path(path).stem().string());

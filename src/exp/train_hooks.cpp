@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "exp/profile_report.h"
 #include "exp/roofline.h"
 #include "exp/runinfo.h"
@@ -27,7 +28,7 @@ double cached_peak_flops(int threads) {
   std::string path = roofline_cache_path(threads);
   if (path.empty() || !path_exists(path)) return 0;
   try {
-    return roofline_from_json(nlohmann::json::parse(read_file(path))).peak_flops();
+    return roofline_from_json(parse_json(read_file(path), path)).peak_flops();
   } catch (const std::exception&) {
     return 0;
   }

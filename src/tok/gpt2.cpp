@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 #include "tok/bpe.h"
 #include "tok/byte_level.h"
 #include "tok/file_limits.h"
@@ -22,11 +23,7 @@ Tokenizer parse_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, 
   check_tokenizer_size(encoder_json.size(), enc_path);
   check_tokenizer_size(vocab_bpe.size(), bpe_path);
   json enc;
-  try {
-    enc = json::parse(encoder_json);
-  } catch (const json::exception& e) {
-    fail("malformed {}: {}", enc_path, e.what());
-  }
+  if (std::string why; !try_parse_json(encoder_json, enc, &why)) fail("malformed {}: {}", enc_path, why);
   if (!enc.is_object() || enc.empty()) fail("malformed {}: expected an object of token -> id", enc_path);
   std::unordered_map<std::string, uint32_t> ids;
   // Ids are 0..n-1 for n entries (build_tokenizer checks each is defined once); one outside that

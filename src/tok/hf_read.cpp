@@ -10,6 +10,7 @@
 
 #include "core/common.h"
 #include "core/json_get.h"
+#include "core/json_parse.h"
 #include "tok/bpe.h"
 #include "tok/byte_level.h"
 #include "tok/hf_json.h"
@@ -295,11 +296,7 @@ Tokenizer parse_hf_tokenizer(const nlohmann::json& j, const std::string& what, c
 Tokenizer parse_hf_tokenizer_text(std::string_view text, const std::string& what, const TokenizerOptions& opt) {
   check_tokenizer_size(text.size(), what);
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("malformed tokenizer file {}: {}", what, e.what());
-  }
+  if (std::string why; !try_parse_json(text, j, &why)) fail("malformed tokenizer file {}: {}", what, why);
   return parse_hf_tokenizer(j, what, opt);
 }
 

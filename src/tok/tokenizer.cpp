@@ -11,6 +11,7 @@
 
 #include "core/common.h"
 #include "core/json_get.h"
+#include "core/json_parse.h"
 #include "tok/bpe.h"
 #include "tok/empty_match.h"
 #include "tok/file_limits.h"
@@ -668,11 +669,7 @@ static Tokenizer parse_clocklm(const nlohmann::json& j, const std::string& file)
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& file) {
   check_tokenizer_size(text.size(), file);
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("malformed tokenizer file {}: {}", file, e.what());
-  }
+  if (std::string why; !try_parse_json(text, j, &why)) fail("malformed tokenizer file {}: {}", file, why);
   return parse_clocklm(j, file);
 }
 
@@ -690,11 +687,7 @@ static Tokenizer load_file(const std::string& file, const TokenizerOptions& opt)
   if (ends_with(file, ".pkl") || (!text.empty() && static_cast<unsigned char>(text[0]) == 0x80))
     return parse_tiktoken_pickle(text, file, opt);
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("malformed tokenizer file {}: {}", file, e.what());
-  }
+  if (std::string why; !try_parse_json(text, j, &why)) fail("malformed tokenizer file {}: {}", file, why);
   if (j.is_object() && j.contains("model") && !j.contains("format")) return parse_hf_tokenizer(j, file, opt);
   return apply_bos_options(parse_clocklm(j, file), opt, file);
 }

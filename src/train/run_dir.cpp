@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -17,11 +18,12 @@ MetricsLog::MetricsLog(const std::string& p, int64_t keep_through_step) : path(p
     std::string line, kept;
     while (std::getline(in, line)) {
       if (line.empty()) continue;
+      nlohmann::json row;
+      if (!try_parse_json(line, row) || !row.is_object()) continue;  // a torn last line from a killed run
       try {
-        auto row = nlohmann::json::parse(line);
         if (row.value("step", int64_t(0)) > keep_through_step) continue;
       } catch (const nlohmann::json::exception&) {
-        continue;  // a torn last line from a killed run
+        continue;
       }
       kept += line + "\n";
     }

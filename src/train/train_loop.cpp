@@ -22,6 +22,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/common.h"
 #include "core/fault.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -117,7 +118,7 @@ void TrainLoop::checkpoint(const char* why) {
     return;
   }
   state_.loaders.clear();
-  for (const std::string& s : positions) state_.loaders.push_back(nlohmann::json::parse(s));
+  for (const std::string& s : positions) state_.loaders.push_back(parse_json(s, "a rank's loader position"));
   state_.reason = why;
   const std::string name = fmt::format("step_{:08d}.ckpt", state_.step);
   save_checkpoint((fs::path(run_.ckpt_dir) / name).string(), run_.cfg, model_, opt_, state_.to_json());

@@ -25,6 +25,7 @@
 #include "backend/cpu/optim_kernels.h"
 #include "core/cache_dir.h"
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -73,7 +74,7 @@ Bf16Choice choose_bf16() {
   const std::string path = bf16_choice_cache_path(int(isa));
   if (!path.empty() && path_exists(path)) {
     try {
-      const nlohmann::json j = nlohmann::json::parse(read_file(path));
+      const nlohmann::json j = parse_json(read_file(path), path);
       return {j.at("bf16_faster").get<bool>(), j.at("fp32_over_bf16_time").get<double>()};
     } catch (const std::exception&) {
       // unreadable: measured again below and rewritten
