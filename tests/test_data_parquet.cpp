@@ -24,6 +24,7 @@
 
 #include "test_cli_util.h"
 #include "test_data_util.h"
+#include "test_thrift_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -140,36 +141,6 @@ HeaderSpot page_at(const std::string& b, size_t pos) {
   return s;
 }
 
-// Thrift compact protocol output, enough for a page header.
-struct CompactWriter {
-  std::string out;
-  std::vector<int16_t> last{0};
-  void varint(uint64_t v) {
-    do {
-      out += char((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
-      v >>= 7;
-    } while (v);
-  }
-  void field(int16_t id, uint8_t type) {
-    EXPECT_TRUE(id > last.back() && id - last.back() <= 15);
-    out += char(((id - last.back()) << 4) | type);
-    last.back() = id;
-  }
-  void i32(int16_t id, int64_t v) {
-    field(id, thrift::kI32);
-    varint(uint64_t(v << 1) ^ uint64_t(v >> 63));
-  }
-  void boolean(int16_t id, bool v) { field(id, v ? thrift::kTrue : thrift::kFalse); }
-  void begin(int16_t id) {
-    field(id, thrift::kStruct);
-    last.push_back(0);
-  }
-  void end() {
-    out += '\0';
-    last.pop_back();
-  }
-};
-
 // `n` values of the RLE / bit-packed hybrid encoding.
 std::vector<uint32_t> decode_hybrid(const std::string& data, int bw, size_t n) {
   std::string what = "test hybrid";
@@ -181,7 +152,7 @@ std::vector<uint32_t> decode_hybrid(const std::string& data, int bw, size_t n) {
 
 // Values as one bit-packed run of the hybrid encoding (padded to a multiple of 8 values).
 std::string bit_packed(const std::vector<uint32_t>& v, int bw) {
-  CompactWriter w;
+  thrift_test::Compact w;
   size_t groups = (v.size() + 7) / 8;
   w.varint(uint64_t(groups) << 1 | 1);
   std::string bits(groups * size_t(bw), '\0');
@@ -193,7 +164,7 @@ std::string bit_packed(const std::vector<uint32_t>& v, int bw) {
 
 // DELTA_BINARY_PACKED: blocks of 128 deltas in 4 miniblocks of 32.
 std::string delta_binary_packed(const std::vector<int64_t>& v) {
-  CompactWriter w;
+  thrift_test::Compact w;
   auto zz = [](int64_t x) { return uint64_t(x << 1) ^ uint64_t(x >> 63); };
   w.varint(128);
   w.varint(4);
@@ -245,7 +216,7 @@ std::string plain_to_delta_byte_array(const std::string& plain) {
 }
 
 std::string zigzag_varint(int64_t v) {
-  CompactWriter w;
+  thrift_test::Compact w;
   w.varint(uint64_t(v << 1) ^ uint64_t(v >> 63));
   return w.out;
 }
@@ -314,7 +285,7 @@ std::string to_data_page_v2(const std::string& file, bool delta_byte_array = fal
         stored.assign(ZSTD_compressBound(vals[part].size()), '\0');
         stored.resize(ZSTD_compress(stored.data(), stored.size(), vals[part].data(), vals[part].size(), 3));
       }
-      CompactWriter w;
+      thrift_test::Compact w;
       w.i32(1, parquet::kDataPageV2);
       w.i32(2, int64_t(lbytes.size() + vals[part].size()));
       w.i32(3, int64_t(lbytes.size() + stored.size()));

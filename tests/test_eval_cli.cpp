@@ -15,6 +15,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "checkpoint/checkpoint.h"
+#include "test_model_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -33,13 +34,8 @@ TEST(EvalCli, BpbCoreAndSampleOnACheckpoint) {
   DatasetInfo info = read_dataset_info(ds);
 
   RunConfig cfg;
-  cfg.model.n_layer = 1;
-  cfg.model.d_model = 64;
-  cfg.model.n_head = 2;
-  cfg.model.n_kv_head = 2;
-  cfg.model.head_dim = 32;
-  cfg.model.vocab_size = (int)info.vocab_size;
-  cfg.model.seq_len = 64;
+  cfg.model = model_test::tiny_config(
+      {.n_layer = 1, .n_head = 2, .n_kv_head = 2, .head_dim = 32, .vocab_size = int(info.vocab_size), .seq_len = 64});
   GPT model(cfg.model, 1, cfg.model.seq_len);
   model.init_weights(1);  // zero head: every logit equal, so bpb = log2(V) * tokens / bytes
   Optimizer opt(model.params(), cfg.optim);

@@ -24,6 +24,7 @@
 #include "test_hostile_util.h"
 #include "test_run_util.h"
 #include "tok/tokenizer.h"
+#include "test_model_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -42,13 +43,8 @@ std::string make_run(const fs::path& dir) {
   const std::string ds = run_test::tiny_dataset();
   const Tokenizer tok = Tokenizer::load(ds);
   RunConfig cfg;
-  cfg.model.n_layer = 1;
-  cfg.model.d_model = 32;
-  cfg.model.n_head = 1;
-  cfg.model.n_kv_head = 1;
-  cfg.model.head_dim = 32;
-  cfg.model.vocab_size = int(tok.vocab_size());
-  cfg.model.seq_len = 32;
+  cfg.model = model_test::tiny_config({.n_layer = 1, .d_model = 32, .n_head = 1, .n_kv_head = 1, .head_dim = 32,
+                                        .vocab_size = int(tok.vocab_size()), .seq_len = 32});
   cfg.model.matmul_precision = "fp32";
   GPT model(cfg.model, 1, cfg.model.seq_len);
   model.init_weights(3);

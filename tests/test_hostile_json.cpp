@@ -25,6 +25,7 @@
 #include "test_exp_util.h"
 #include "test_hostile_util.h"
 #include "test_run_util.h"
+#include "test_model_util.h"
 
 using namespace clm;
 using nlohmann::json;
@@ -65,13 +66,8 @@ std::string make_checkpoint(const fs::path& run) {
   const std::string data = run_test::tiny_dataset();
   DatasetInfo info = read_dataset_info(data);
   RunConfig cfg;
-  cfg.model.n_layer = 1;
-  cfg.model.d_model = 64;
-  cfg.model.n_head = 2;
-  cfg.model.n_kv_head = 2;
-  cfg.model.head_dim = 32;
-  cfg.model.vocab_size = int(info.vocab_size);
-  cfg.model.seq_len = 64;
+  cfg.model = model_test::tiny_config(
+      {.n_layer = 1, .n_head = 2, .n_kv_head = 2, .head_dim = 32, .vocab_size = int(info.vocab_size), .seq_len = 64});
   GPT model(cfg.model, 1, cfg.model.seq_len);
   model.init_weights(1);
   Optimizer opt(model.params(), cfg.optim);

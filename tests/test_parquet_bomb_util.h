@@ -1,5 +1,4 @@
-// Builders of hostile Parquet files for the tests (and the fuzz seeds written from them): a
-// minimal writer of the Thrift compact protocol, and whole files of one required text column
+// Builders of hostile Parquet files for the tests (and the fuzz seeds written from them): whole files of one required text column
 // whose pages are made by hand: a delta-encoded page of tens of millions of empty values, three
 // row groups sharing one column chunk, and a 1 MiB dictionary entry repeated by one RLE run.
 // Each file is a few hundred bytes to about a kilobyte.
@@ -10,37 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "test_thrift_util.h"
+
 namespace bomb {
 
-// Thrift compact protocol output: fields of structs (nested with begin/end) and list headers.
-struct Compact {
-  enum : uint8_t { kI32 = 5, kI64 = 6, kBinary = 8, kList = 9, kStruct = 12 };
-  std::string out;
-  std::vector<int16_t> last{0};
-
-  void varint(uint64_t v) {
-    do {
-      out += char((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
-      v >>= 7;
-    } while (v);
-  }
-  void zigzag(int64_t v) { varint(uint64_t(v) << 1 ^ uint64_t(v >> 63)); }
-  void field(int16_t id, uint8_t type) {  // ids ascend by 1..15 within a struct here
-    out += char(((id - last.back()) << 4) | type);
-    last.back() = id;
-  }
-  void i32(int16_t id, int64_t v) { field(id, kI32), zigzag(v); }
-  void i64(int16_t id, int64_t v) { field(id, kI64), zigzag(v); }
-  void binary(int16_t id, const std::string& s) { field(id, kBinary), varint(s.size()), out += s; }
-  void list(int16_t id, uint8_t elem, size_t n) {
-    field(id, kList);
-    if (n < 15) out += char(n << 4 | elem);
-    else out += char(0xF0 | elem), varint(n);
-  }
-  void begin(int16_t id) { field(id, kStruct), last.push_back(0); }
-  void begin_element() { last.push_back(0); }  // a struct inside a list
-  void end() { out += '\0', last.pop_back(); }
-};
+using Compact = thrift_test::Compact;
 
 enum { kPlain = 0, kDeltaLength = 6, kDeltaByteArray = 7, kRleDictionary = 8 };
 enum { kUncompressed = 0, kZstd = 6 };
