@@ -49,10 +49,15 @@ std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag)
   return d;
 }
 
+std::string tokenizer_source(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag) {
+  if (!tokenizer_flag.empty()) return tokenizer_flag;
+  if (!data_flag.empty()) return data_flag;
+  return run_dataset_dir(m);
+}
+
 Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag) {
-  std::string src = !tokenizer_flag.empty() ? tokenizer_flag : data_flag;
-  if (src.empty()) {
-    src = run_dataset_dir(m);
+  const std::string src = tokenizer_source(m, tokenizer_flag, data_flag);
+  if (tokenizer_flag.empty() && data_flag.empty()) {
     if (src.empty())
       fail("no tokenizer: pass --tokenizer PATH or --data DIR (checkpoint {} is not inside a run folder with run.json)",
            m.checkpoint);

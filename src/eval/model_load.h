@@ -28,6 +28,9 @@ LoadedModel load_model_for_eval(const std::string& checkpoint_or_run, int max_B,
                                 const std::string& device = "auto");
 // --data if given, else the dataset the run recorded; throws Error naming what is missing.
 std::string resolve_data_dir(const LoadedModel& m, const std::string& data_flag);
+// Where resolve_tokenizer reads the tokenizer from: --tokenizer, else --data, else the run's
+// dataset folder; "" when none is known.
+std::string tokenizer_source(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag);
 // --tokenizer if given, else the tokenizer of --data, else of the run's dataset. Checks it with
 // check_tokenizer, warning (not refusing) when its hash differs from the trained one.
 Tokenizer resolve_tokenizer(const LoadedModel& m, const std::string& tokenizer_flag, const std::string& data_flag);

@@ -9,17 +9,23 @@
 
 namespace clm {
 
+namespace {
+
+void check_temperature(float t) {
+  if (t < 0 || !std::isfinite(t)) fail("sample: temperature must be a finite number >= 0 (got {})", t);
+}
+
+}  // namespace
+
 void check_sample_options(const SampleOptions& opt) {
   if (opt.tokens < 0) fail("sample: --tokens must be >= 0");
   if (opt.top_k < 0) fail("sample: top-k must be >= 0 (0 = the whole vocabulary), got {}", opt.top_k);
-  if (opt.temperature < 0 || !std::isfinite(opt.temperature))
-    fail("sample: temperature must be a finite number >= 0 (got {})", opt.temperature);
+  check_temperature(opt.temperature);
 }
 
 int32_t sample_token(const float* logits, int V, float temperature, int top_k, Rng& rng) {
   if (V <= 0) fail("sample: empty vocabulary");
-  if (temperature < 0 || !std::isfinite(temperature))
-    fail("sample: temperature must be a finite number >= 0 (got {})", temperature);
+  check_temperature(temperature);
   for (int i = 0; i < V; i++) require_finite_output(logits[i], "sample", "logit");
   if (temperature == 0.0f) {
     int best = 0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common.h"
+#include "core/json_parse.h"
 
 namespace clm {
 
@@ -42,12 +43,9 @@ void write_export_marker(const fs::path& dir, const std::string& format) {
 bool is_export_folder(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / kExportMarker, ec)) return false;
-  try {
-    const auto j = nlohmann::json::parse(read_file((dir / kExportMarker).string()));
-    return j.is_object() && j.value("format", "") == "clocklm-export-folder";
-  } catch (const std::exception&) {
-    return false;
-  }
+  nlohmann::json j;
+  return try_parse_json(read_file((dir / kExportMarker).string()), j) && j.is_object() &&
+         j.value("format", "") == "clocklm-export-folder";
 }
 
 void check_export_target(const fs::path& target, const std::string& shown, bool force) {

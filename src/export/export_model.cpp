@@ -71,17 +71,6 @@ std::vector<std::string> list_files(const fs::path& dir) {
   return out;
 }
 
-// The folder the tokenizer is read from, as resolve_tokenizer picks it.
-std::string tokenizer_source(const LoadedModel& lm, const std::string& tokenizer_flag, const std::string& data_flag) {
-  if (!tokenizer_flag.empty()) return tokenizer_flag;
-  if (!data_flag.empty()) return data_flag;
-  const nlohmann::json& run = lm.run;
-  if (run.is_object() && run.contains("dataset") && run["dataset"].is_object() && run["dataset"].contains("dir") &&
-      run["dataset"]["dir"].is_string())
-    return run["dataset"]["dir"].get<std::string>();
-  return "";
-}
-
 }  // namespace
 
 ExportSource load_export_source(const std::string& path, const std::string& tokenizer_flag,
