@@ -36,6 +36,17 @@ TEST(HostileHarness, KillsTheWholeGroupPastItsLimit) {
   EXPECT_LT(o.seconds, 10);
 }
 
+TEST(HostileHarness, ChildKeepsTheEnvironmentAndUnwindsFastUnderSanitizers) {
+  setenv("CLOCKLM_HARNESS_PROBE", "kept", 1);
+  hostile::Outcome o = hostile::run_limited("echo \"$CLOCKLM_HARNESS_PROBE|$ASAN_OPTIONS\"");
+  unsetenv("CLOCKLM_HARNESS_PROBE");
+  ASSERT_EQ(o.lines().size(), 1u) << o.out;
+  EXPECT_TRUE(o.lines()[0].starts_with("kept|")) << o.out;
+#ifdef CLOCKLM_SANITIZE
+  EXPECT_TRUE(o.lines()[0].ends_with("fast_unwind_on_malloc=1")) << o.out;
+#endif
+}
+
 TEST(HostileHarness, SnapshotSeesRemovedAndChangedFiles) {
   fs::path d = fs::temp_directory_path() / ("clocklm-harness-" + std::to_string(getpid()));
   fs::create_directories(d / "sub");
