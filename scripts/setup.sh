@@ -7,6 +7,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev libzstd-dev zlib1g-dev libpcre2-dev libsnappy-dev
+      libcpp-httplib-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin
       sentencepiece libsentencepiece-dev gnuplot-nox)

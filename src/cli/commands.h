@@ -12,6 +12,7 @@ void register_exp_commands(CLI::App& app);        // roofline, profile, runs, re
 void register_bench_commands(CLI::App& app);       // bench train                   (cli/cmd_bench.cpp)
 void register_info_commands(CLI::App& app);       // info (machine, threads, CUDA devices)
 void register_export_commands(CLI::App& app);     // export                         (cli/cmd_export.cpp)
+void register_serve_commands(CLI::App& app);      // serve (the live lab in the browser; cli/cmd_serve.cpp)
 void register_agent_commands(CLI::App& app);      // mcp, exp init|submit|list|status|cancel|
                                                   // results|journal|run   (cli/cmd_agent.cpp)
 }  // namespace clm

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   clm::register_export_commands(app);
   clm::register_exp_commands(app);
   clm::register_agent_commands(app);
+  clm::register_serve_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

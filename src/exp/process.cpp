@@ -35,17 +35,23 @@ std::vector<char*> c_argv(std::vector<std::string>& all) {
 }
 
 // In the child, between fork and exec: only async-signal-safe calls. Redirects output to `path`.
-void child_redirect(const char* path, bool stdin_null) {
+// Points file descriptor `to` (1 or 2) at `path`, appending.
+void child_redirect_one(const char* path, int to) {
+  int out = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (out < 0) ::_exit(127);
+  ::dup2(out, to);
+  if (out > 2) ::close(out);
+}
+
+void child_redirect(const char* path, const char* error_path, bool stdin_null) {
   if (stdin_null) {
     int in = ::open("/dev/null", O_RDONLY);
     if (in >= 0 && in != 0) ::dup2(in, 0), ::close(in);
   }
   if (path && *path) {
-    int out = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (out < 0) ::_exit(127);
-    ::dup2(out, 1);
-    ::dup2(out, 2);
-    if (out > 2) ::close(out);
+    child_redirect_one(path, 1);
+    if (error_path && *error_path) child_redirect_one(error_path, 2);
+    else ::dup2(1, 2);
   }
 }
 
@@ -71,7 +77,7 @@ pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args
       ::prctl(PR_SET_PDEATHSIG, opt.parent_death_signal);
       if (::getppid() != parent) ::_exit(127);  // the parent died before the prctl took effect
     }
-    child_redirect(opt.output.c_str(), opt.stdin_null);
+    child_redirect(opt.output.c_str(), opt.error_output.c_str(), opt.stdin_null);
     ::execv(exe.c_str(), argv.data());
     int e = errno;
     (void)!::write(pfd[1], &e, sizeof e);
@@ -117,7 +123,7 @@ void spawn_detached(const std::string& exe, const std::vector<std::string>& args
     ::setsid();
     pid_t g = ::fork();
     if (g != 0) ::_exit(g < 0 ? 1 : 0);
-    child_redirect(log.c_str(), true);
+    child_redirect(log.c_str(), nullptr, true);
     ::close_range(3, ~0U, 0);
     ::execv(exe.c_str(), argv.data());
     ::_exit(127);

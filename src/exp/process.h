@@ -14,6 +14,7 @@ std::string self_exe();
 
 struct SpawnOptions {
   std::string output;       // stdout and stderr appended to this file ("" = inherit)
+  std::string error_output; // with `output`: stderr to this file instead
   bool stdin_null = false;  // stdin from /dev/null
   int parent_death_signal =
       0;  // > 0: the kernel sends this signal to the child when the parent dies

@@ -1,0 +1,81 @@
+// The runs a dashboard shows: every run folder under the folders it was given, each under a stable
+// id (its path relative to its folder), kept loaded and brought up to date cheaply on every poll:
+// a metrics.jsonl that grew is read from where the last read stopped, the small JSON files only
+// when their size or time changed. Reading never writes, locks or blocks a run being trained.
+// Clients name runs only by id, so no request can reach a path the index did not find itself.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "exp/runs.h"
+
+namespace clm {
+
+// running: a process holds RUN/.lock; done: summary.json exists; failed: neither (the process
+// died or was stopped before finishing); queued: an experiment queue holds it, not started yet.
+enum class RunStatus { running, done, failed, queued };
+const char* run_status_name(RunStatus s);
+
+// Whether any process holds a lock on `path` (flock or POSIX), read from /proc/locks: taking the
+// lock to test it could make a training process that starts at that moment refuse its folder.
+bool lock_is_held(const std::string& path);
+
+struct IndexedRun {
+  std::string id;       // "ROOTNAME/rel/path" (the root's folder name first when several roots)
+  std::string dir;      // the folder, as found under its root
+  std::string root;     // the root it was found under
+  RunData data;         // metrics are complete lines only; a torn last line waits for the next poll
+  RunStatus status = RunStatus::failed;
+  std::string queue_state;  // the experiment's state when the run belongs to a queue, else ""
+  double updated = 0;       // newest modification time of its files (seconds since the epoch)
+
+  // What a refresh compares to decide what to reread.
+  struct Stamp {
+    int64_t size = -1;
+    int64_t mtime_ns = -1;
+    uint64_t inode = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  std::map<std::string, Stamp> stamps;  // file name -> last read stamp
+  uint64_t metrics_offset = 0;          // bytes of metrics.jsonl already parsed
+};
+
+class RunIndex {
+ public:
+  // Throws Error when a root is not a folder.
+  explicit RunIndex(std::vector<std::string> roots);
+  const std::vector<std::string>& roots() const { return roots_; }
+
+  // Finds new runs, drops vanished ones and brings every run up to date. Runs that fail to load
+  // keep their last good state and are listed in errors(). Safe to call from several threads.
+  void refresh();
+  // The runs in id order (a copy, consistent with one refresh).
+  std::vector<std::shared_ptr<const IndexedRun>> runs() const;
+  std::shared_ptr<const IndexedRun> find(const std::string& id) const;  // null when unknown
+  std::vector<std::string> errors() const;
+
+ private:
+  void add_queued(size_t root, std::map<std::string, std::shared_ptr<const IndexedRun>>& out) const;
+
+  std::vector<std::string> roots_;
+  std::vector<std::string> root_names_;
+  mutable std::mutex mu_;
+  std::mutex refresh_mu_;  // one refresh at a time; readers never wait on file reads
+  std::map<std::string, std::shared_ptr<const IndexedRun>> runs_;
+  std::vector<std::string> errors_;
+};
+
+// Rereads what changed in `prev` (a fresh IndexedRun when null) and returns the new state.
+// Throws Error when a file is malformed.
+std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
+                                       const std::string& dir, const std::string& root);
+
+}  // namespace clm
