@@ -2,8 +2,8 @@
 // arguments. Every run must get a distinct plain folder name.
 #include <set>
 
-#include "exp/sweep.h"
 #include "fuzz/fuzz_util.h"
+#include "lab/sweep.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace clm;

@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "core/common.h"
-#include "exp/report.h"
-#include "exp/roofline.h"
-#include "exp/runs.h"
-#include "exp/train_hooks.h"
+#include "lab/train_hooks.h"
+#include "profile/roofline.h"
+#include "report/report.h"
+#include "report/runs.h"
 #include "test_exp_util.h"
 #include "train/trainer.h"
 

@@ -11,9 +11,9 @@
 
 #include "config/config.h"
 #include "core/common.h"
-#include "exp/plan.h"
-#include "exp/plan_family.h"
 #include "model/config.h"
+#include "plan/plan.h"
+#include "plan/plan_family.h"
 #include "test_cli_util.h"
 #include "test_run_util.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "core/common.h"
-#include "exp/profile_report.h"
+#include "profile/profile_report.h"
 
 using namespace clm;
 

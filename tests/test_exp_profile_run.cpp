@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "core/common.h"
-#include "exp/profile_report.h"
-#include "exp/profile_run.h"
+#include "profile/profile_report.h"
+#include "profile/profile_run.h"
 
 using namespace clm;
 

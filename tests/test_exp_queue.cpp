@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/common.h"
-#include "exp/process.h"
+#include "lab/process.h"
 #include "test_cli_util.h"
 #include "test_exp_util.h"
 

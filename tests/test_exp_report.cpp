@@ -12,9 +12,9 @@
 
 #include "core/common.h"
 #include "test_cli_util.h"
-#include "exp/plot.h"
-#include "exp/report.h"
-#include "exp/runs.h"
+#include "report/plot.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 using namespace clm;
 namespace fs = std::filesystem;

@@ -3,8 +3,8 @@
 
 #include "backend/backend.h"
 #include "core/common.h"
-#include "exp/roofline.h"
-#include "exp/runinfo.h"
+#include "lab/runinfo.h"
+#include "profile/roofline.h"
 
 using namespace clm;
 

@@ -13,7 +13,7 @@
 
 #include "core/common.h"
 #include "test_cli_util.h"
-#include "exp/sweep.h"
+#include "lab/sweep.h"
 
 using namespace clm;
 namespace fs = std::filesystem;

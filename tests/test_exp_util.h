@@ -9,7 +9,7 @@
 
 #include "core/common.h"
 #include "data/prepare.h"
-#include "exp/roofline.h"
+#include "profile/roofline.h"
 
 namespace exp_test {
 

@@ -20,7 +20,7 @@
 #include "data/dataset.h"
 #include "data/parquet.h"
 #include "eval/core.h"
-#include "exp/sweep.h"
+#include "lab/sweep.h"
 #include "optim/optim_state.h"
 #include "tok/bpe.h"
 #include "tok/hf_json.h"

@@ -8,8 +8,8 @@
 
 #include "agent/tools.h"
 #include "core/common.h"
-#include "exp/journal.h"
-#include "exp/process.h"
+#include "lab/journal.h"
+#include "lab/process.h"
 
 namespace clm {
 

@@ -15,14 +15,14 @@
 #include "eval/core.h"
 #include "eval/model_load.h"
 #include "eval/sample.h"
-#include "exp/exp_results.h"
-#include "exp/journal.h"
-#include "exp/queue_runner.h"
-#include "exp/report.h"
-#include "exp/roofline.h"
-#include "exp/runinfo.h"
-#include "exp/runs.h"
+#include "lab/exp_results.h"
+#include "lab/journal.h"
+#include "lab/queue_runner.h"
+#include "lab/runinfo.h"
 #include "model/config.h"
+#include "profile/roofline.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "agent/mcp_server.h"
-#include "exp/queue.h"
+#include "lab/queue.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // Subcommands for agents and the experiment queue: `clocklm mcp` (the MCP server on stdio) and
 // `clocklm exp init|submit|list|status|cancel|results|journal|run`. The queue, ledger and journal
-// live in src/exp/, the MCP server in src/agent/; these callbacks only parse and print.
+// live in src/lab/, the MCP server in src/agent/; these callbacks only parse and print.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,12 +11,12 @@
 #include "agent/tools.h"
 #include "cli/commands.h"
 #include "core/common.h"
-#include "exp/exp_results.h"
-#include "exp/journal.h"
-#include "exp/queue.h"
-#include "exp/queue_runner.h"
-#include "exp/report.h"
-#include "exp/runs.h"
+#include "lab/exp_results.h"
+#include "lab/journal.h"
+#include "lab/queue.h"
+#include "lab/queue_runner.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -1,18 +1,19 @@
 // Subcommands of the experiment environment: roofline, profile, runs, report, compare,
-// leaderboard, sweep and plan. Each callback is a thin layer over a function in src/exp/.
+// leaderboard, sweep and plan. Each callback is a thin layer over a function in src/report/,
+// src/profile/, src/plan/ or src/lab/.
 #include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
 #include "core/common.h"
-#include "exp/plan.h"
-#include "exp/profile_report.h"
-#include "exp/profile_run.h"
-#include "exp/report.h"
-#include "exp/roofline.h"
-#include "exp/runs.h"
-#include "exp/sweep.h"
+#include "lab/sweep.h"
+#include "plan/plan.h"
+#include "profile/profile_report.h"
+#include "profile/profile_run.h"
+#include "profile/roofline.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 namespace clm {
 

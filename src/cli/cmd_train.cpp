@@ -10,8 +10,8 @@
 #include "config/config.h"
 #include "backend/backend.h"
 #include "dist/launch.h"
-#include "exp/plan.h"
-#include "exp/train_hooks.h"
+#include "plan/plan.h"
+#include "lab/train_hooks.h"
 #include "model/gpt.h"
 #include "train/trainer.h"
 

@@ -1,4 +1,4 @@
-// Event recording for ProfScope; analysis and output live in exp/profile_report.cpp.
+// Event recording for ProfScope; analysis and output live in profile/profile_report.cpp.
 #include "core/profiler.h"
 
 #include "core/common.h"

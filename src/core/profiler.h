@@ -22,7 +22,7 @@ struct OpEvent {
 
 // Collects OpEvents from ProfScopes opened on one thread (the thread driving the step; ops may use
 // OpenMP inside a scope). Scopes may nest: the analysis charges each op its self time, so nested
-// scopes never count twice. Analysis and output: exp/profile_report.h.
+// scopes never count twice. Analysis and output: profile/profile_report.h.
 struct Profiler {
   std::vector<OpEvent> events;
   double origin = 0;

@@ -13,7 +13,7 @@ namespace clm {
 
 struct Profiler;
 
-// What the loop needs from the layers above it, handed in by the caller (exp/train_hooks.h has the
+// What the loop needs from the layers above it, handed in by the caller (lab/train_hooks.h has the
 // standard ones): the run.json record of this invocation (version, commit, machine), this CPU's
 // peak FLOP/s for the MFU column (0: no MFU shown), and the writer of a profile of a few steps. An
 // empty hook leaves that part out (run.json then records only argv; --profile is refused).

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exp/queue.h"
+#include "lab/queue.h"
 
 namespace clm {
 

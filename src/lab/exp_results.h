@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exp/queue.h"
+#include "lab/queue.h"
 
 namespace clm {
 

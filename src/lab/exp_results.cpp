@@ -1,12 +1,12 @@
 // Reports on the experiment queue (see exp_results.h).
-#include "exp/exp_results.h"
+#include "lab/exp_results.h"
 
 #include <map>
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/journal.h"
-#include "exp/runs.h"
+#include "lab/journal.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "exp/queue.h"
+#include "lab/queue.h"
 
 namespace clm {
 

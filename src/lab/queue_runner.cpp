@@ -2,7 +2,7 @@
 // runner keeps nothing in memory that a crash could lose: a runner killed at any point leaves each
 // experiment either finished, queued to resume from its checkpoint, or failed with the reason
 // (settled by the next process that looks at the queue).
-#include "exp/queue_runner.h"
+#include "lab/queue_runner.h"
 
 #include <unistd.h>
 
@@ -12,10 +12,10 @@
 #include <optional>
 
 #include "core/common.h"
-#include "exp/journal.h"
-#include "exp/process.h"
-#include "exp/runinfo.h"
-#include "exp/sweep.h"
+#include "lab/journal.h"
+#include "lab/process.h"
+#include "lab/runinfo.h"
+#include "lab/sweep.h"
 
 namespace clm {
 

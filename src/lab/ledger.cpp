@@ -1,7 +1,7 @@
 // Device-time accounting of the experiment queue (see ledger.h). Only the trainer's own numbers
 // are used (summary.json and metrics.jsonl record device seconds, which count step time only),
 // so the ledger agrees with what `runs` and `leaderboard` show for the same runs.
-#include "exp/ledger.h"
+#include "lab/ledger.h"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/runs.h"
+#include "report/runs.h"
 
 namespace clm {
 

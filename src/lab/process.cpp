@@ -1,6 +1,6 @@
 // Child processes (see process.h): fork + exec so that the child can be given a parent-death
 // signal and its own output file before it runs, which posix_spawn cannot express.
-#include "exp/process.h"
+#include "lab/process.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>

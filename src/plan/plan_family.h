@@ -1,4 +1,4 @@
-// Recipe families for the planner. The scaling law (exp/plan.h) says how bpb falls with model size
+// Recipe families for the planner. The scaling law (plan/scaling_law.h) says how bpb falls with model size
 // and training bytes for one recipe, the d<N> rule's. A family is everything else a configuration
 // chooses that the law does not see: row length and its schedule, value embeddings, the
 // Newton-Schulz coefficients, the batch schedule, the other model features. Each family other than
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "exp/scaling_law.h"
+#include "plan/scaling_law.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // The scaling law of the planner (see scaling_law.h): its points from run folders and files, the
 // grid fit with leave-one-out error, and the built-in law.
-#include "exp/scaling_law.h"
+#include "plan/scaling_law.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include "core/common.h"
 #include "core/json_parse.h"
 #include "data/dataset.h"
-#include "exp/plan_family.h"
 #include "model/config.h"
+#include "plan/plan_family.h"
 
 namespace fs = std::filesystem;
 

@@ -1,16 +1,16 @@
 // Sweep runner (see sweep.h). Each variant is a separate `clocklm train` process: a crash or a
 // diverged run cannot take the sweep down, and every run directory is exactly what a hand-typed
 // `clocklm train` would have produced.
-#include "exp/sweep.h"
+#include "lab/sweep.h"
 
 #include <csignal>
 #include <filesystem>
 
 #include "core/common.h"
-#include "exp/process.h"
-#include "exp/report.h"
-#include "exp/runinfo.h"
-#include "exp/runs.h"
+#include "lab/process.h"
+#include "lab/runinfo.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 namespace clm {
 

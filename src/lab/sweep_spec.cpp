@@ -8,7 +8,7 @@
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/sweep.h"
+#include "lab/sweep.h"
 
 namespace clm {
 

@@ -4,7 +4,7 @@
 // (queued | running | done | failed | cancelled, the attempts and their device time), both written
 // atomically; ids come from exclusive mkdir and every state change holds QUEUE/queue.lock, so
 // several submitters may work at once. One runner at a time (QUEUE/runner.lock) executes the
-// experiments in id order (exp/queue_runner.h). Layout and rules: docs/AGENTS.md.
+// experiments in id order (lab/queue_runner.h). Layout and rules: docs/AGENTS.md.
 #pragma once
 #include <sys/types.h>
 
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exp/ledger.h"
+#include "lab/ledger.h"
 
 namespace clm {
 
@@ -95,7 +95,7 @@ class ExperimentQueue {
   std::string resolve_run(const std::string& id_or_path);
   std::optional<std::string> find_id(const std::string& s) const;  // normalised id if it names one
 
-  // ---- for the runner (exp/queue_runner.cpp); call while holding the RunnerLock ----
+  // ---- for the runner (lab/queue_runner.cpp); call while holding the RunnerLock ----
   // Settles experiments left running, then marks the first queued one running with a new attempt.
   std::optional<Experiment> claim_next(pid_t runner_pid);
   void set_child(const std::string& id, pid_t child);

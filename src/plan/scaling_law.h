@@ -30,7 +30,7 @@ struct ScalingLaw {
 struct LawPoint {
   std::string run;
   double matrix_params = 0, train_bytes = 0, bpb = 0;
-  std::string family;  // its recipe family (exp/plan_family.h); empty: the law's own
+  std::string family;  // its recipe family (plan/plan_family.h); empty: the law's own
 };
 
 // Finished runs (folders with summary.json and config.json) under each path: a run folder itself,

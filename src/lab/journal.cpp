@@ -1,15 +1,15 @@
 // The experiment journal (see journal.h). Entries are recomputed from the run files whenever the
 // journal is rendered, so an entry whose baseline finished later still gets its comparison.
-#include "exp/journal.h"
+#include "lab/journal.h"
 
 #include <cmath>
 #include <filesystem>
 
 #include "config/config.h"
 #include "core/common.h"
-#include "exp/plot.h"
-#include "exp/report.h"
-#include "exp/runs.h"
+#include "report/plot.h"
+#include "report/report.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // The planner (see plan.h): fitting the scaling law to runs, timing candidate shapes on the device,
 // and ranking them by the bpb the law predicts for the bytes each one sees in the budget.
-#include "exp/plan.h"
+#include "plan/plan.h"
 
 #include <omp.h>
 

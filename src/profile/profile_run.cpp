@@ -1,13 +1,13 @@
 // `clocklm profile`: times N full training steps (forward, backward, optimizer) of a config on
 // synthetic tokens with the profiler attached, then writes the per-op analysis (profile_report.h).
 // Synthetic tokens make it independent of any dataset; op costs depend only on shapes.
-#include "exp/profile_run.h"
+#include "profile/profile_run.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/common.h"
-#include "exp/profile_report.h"
+#include "profile/profile_report.h"
 #include "config/config.h"
 #include "model/gpt.h"
 #include "optim/optim.h"

@@ -1,5 +1,5 @@
 // Profile analysis and output (see profile_report.h).
-#include "exp/profile_report.h"
+#include "profile/profile_report.h"
 
 #include <algorithm>
 #include <cmath>

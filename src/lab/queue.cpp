@@ -1,7 +1,7 @@
 // The experiment queue's storage and state changes (see queue.h). Every change of state.json
 // happens under an exclusive flock on QUEUE/queue.lock and is written atomically, so a reader sees
 // a complete file and two processes never lose each other's change.
-#include "exp/queue.h"
+#include "lab/queue.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -19,9 +19,9 @@
 #include "core/common.h"
 #include "core/json_parse.h"
 #include "data/dataset.h"
-#include "exp/process.h"
-#include "exp/runinfo.h"
-#include "exp/runs.h"
+#include "lab/process.h"
+#include "lab/runinfo.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -1,13 +1,13 @@
-// The standard TrainHooks (see train_hooks.h), over exp/runinfo, exp/roofline and exp/profile_report.
-#include "exp/train_hooks.h"
+// The standard TrainHooks (see train_hooks.h), over lab/runinfo, profile/roofline and profile/profile_report.
+#include "lab/train_hooks.h"
 
 #include <cstdio>
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/profile_report.h"
-#include "exp/roofline.h"
-#include "exp/runinfo.h"
+#include "lab/runinfo.h"
+#include "profile/profile_report.h"
+#include "profile/roofline.h"
 
 namespace clm {
 

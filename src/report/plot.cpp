@@ -1,6 +1,6 @@
 // Plot writer (see plot.h). gnuplot gets its data through temp files and a script file, writes
 // to temp outputs that are renamed into place, so a failed plot never leaves a torn image.
-#include "exp/plot.h"
+#include "report/plot.h"
 
 #include <unistd.h>
 

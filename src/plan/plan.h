@@ -1,8 +1,8 @@
 // The planner behind `clocklm plan` and `train --config auto`: predicts the validation bits per
 // byte a configuration reaches in a device-time budget, and picks the best candidate among the
 // depths of the d<N> rule, the built-in presets and those presets' recipes at nearby depths. Two pieces of measurement feed it: a scaling
-// law with a correction per recipe family, fitted to finished runs (exp/scaling_law.h,
-// exp/plan_family.h), and the tokens/s of each candidate timed on this device. The budget then
+// law with a correction per recipe family, fitted to finished runs (plan/scaling_law.h,
+// plan/plan_family.h), and the tokens/s of each candidate timed on this device. The budget then
 // fixes how many bytes each candidate sees, and the law says what bpb that buys.
 #pragma once
 #include <cstddef>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "exp/plan_family.h"
+#include "plan/plan_family.h"
 
 namespace clm {
 

@@ -1,6 +1,6 @@
 // Recipe families (see plan_family.h): naming a configuration's family, fitting each family's
 // correction to the law with its leave-one-out error, and the recorded runs behind the built-in one.
-#include "exp/plan_family.h"
+#include "plan/plan_family.h"
 
 #include <algorithm>
 #include <cmath>

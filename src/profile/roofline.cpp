@@ -1,7 +1,7 @@
 // Roofline measurement (see roofline.h). The matmul ceilings are the CPU backend's peak_flops (a
 // large square gemm, the practical ceiling our kernels can reach); bandwidth uses arrays far larger
 // than the last-level cache, touched in parallel with the same thread count the trainer uses.
-#include "exp/roofline.h"
+#include "profile/roofline.h"
 
 #include <omp.h>
 
@@ -15,7 +15,7 @@
 #include "core/cache_dir.h"
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/runinfo.h"
+#include "lab/runinfo.h"
 
 namespace clm {
 

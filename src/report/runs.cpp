@@ -1,6 +1,6 @@
 // Run directory reader (see runs.h). Lenient about optional files and fields (older or unfinished
 // runs lack some), strict about malformed content: a bad line is an error naming file and line.
-#include "exp/runs.h"
+#include "report/runs.h"
 
 #include <algorithm>
 #include <cmath>

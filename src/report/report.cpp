@@ -1,6 +1,6 @@
 // Run reports, comparisons and leaderboards (see report.h). Markdown is the output format: it reads
 // well in a terminal, renders on any code host, and embeds the SVG plots next to it.
-#include "exp/report.h"
+#include "report/report.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/plot.h"
+#include "report/plot.h"
 
 namespace clm {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "exp/runs.h"
+#include "report/runs.h"
 
 namespace clm {
 

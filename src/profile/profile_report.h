@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/profiler.h"
-#include "exp/roofline.h"
+#include "profile/roofline.h"
 
 namespace clm {
 
