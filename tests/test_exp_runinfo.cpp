@@ -3,7 +3,7 @@
 
 #include "backend/backend.h"
 #include "core/common.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "profile/roofline.h"
 
 using namespace clm;

@@ -18,7 +18,7 @@
 #include "lab/exp_results.h"
 #include "lab/journal.h"
 #include "lab/queue_runner.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "model/config.h"
 #include "profile/roofline.h"
 #include "report/report.h"

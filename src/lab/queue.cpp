@@ -20,7 +20,7 @@
 #include "core/json_parse.h"
 #include "data/dataset.h"
 #include "lab/process.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "report/runs.h"
 
 namespace clm {

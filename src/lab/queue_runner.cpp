@@ -14,7 +14,7 @@
 #include "core/common.h"
 #include "lab/journal.h"
 #include "lab/process.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "lab/sweep.h"
 
 namespace clm {

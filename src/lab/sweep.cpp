@@ -8,7 +8,7 @@
 
 #include "core/common.h"
 #include "lab/process.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "report/report.h"
 #include "report/runs.h"
 

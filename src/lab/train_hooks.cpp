@@ -5,7 +5,7 @@
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 #include "profile/profile_report.h"
 #include "profile/roofline.h"
 

@@ -15,7 +15,7 @@
 #include "core/cache_dir.h"
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 
 namespace clm {
 

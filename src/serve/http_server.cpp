@@ -12,7 +12,7 @@
 
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/process.h"
+#include "lab/process.h"
 #include "serve/lab_api.h"
 #include "serve/run_index.h"
 #include "serve/sampler.h"

@@ -8,7 +8,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/common.h"
 #include "core/json_parse.h"
-#include "exp/ledger.h"
+#include "lab/ledger.h"
 #include "serve/run_index.h"
 
 namespace clm {

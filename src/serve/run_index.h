@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "exp/runs.h"
+#include "report/runs.h"
 
 namespace clm {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/common.h"
-#include "exp/process.h"
+#include "lab/process.h"
 
 namespace clm {
 

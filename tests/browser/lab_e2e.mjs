@@ -11,15 +11,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 
-let WebSocket;
+let findChromium, start, openPage, sleep;
 try {
-  ({ default: WebSocket } = await import('ws'));
+  ({ findChromium, start, openPage, sleep } = await import('./cdp.mjs'));
 } catch (e) {
   console.log(`SKIP: the ws package is not installed (run \`npm ci\` in tests/browser): ${e.message}`);
   process.exit(77);
 }
-const chromium = ['chromium', 'chromium-browser', 'google-chrome'].find(
-  c => spawnSync('sh', ['-c', `command -v ${c}`]).status === 0);
+const chromium = findChromium();
 if (!chromium) {
   console.log('SKIP: Chromium is not installed (apt-get install chromium)');
   process.exit(77);
@@ -32,7 +31,6 @@ const dir = mkdtempSync(join(tmpdir(), 'clocklm-serve-e2e-'));
 const runs = join(dir, 'runs');
 mkdirSync(runs);
 const children = [];
-const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 function cli(args) {
   const r = spawnSync(clocklm, args, { encoding: 'utf8' });
@@ -40,78 +38,9 @@ function cli(args) {
   return r.stdout;
 }
 
-// Starts a child and resolves with it once a line of its output matches `ready`.
-function start(cmd, args, ready, what) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    children.push(p);
-    let text = '';
-    const onData = d => {
-      text += d;
-      const m = text.match(ready);
-      if (m) resolve({ p, m });
-    };
-    p.stdout.on('data', onData);
-    p.stderr.on('data', onData);
-    p.on('exit', code => reject(new Error(`${what} exited (${code}) before it was ready:\n${text}`)));
-  });
-}
-
 function cleanup() {
   for (const p of children) try { process.kill(-p.pid, 'SIGKILL'); } catch (e) { /* gone */ }
   rmSync(dir, { recursive: true, force: true });
-}
-
-// ---- a minimal DevTools protocol client ----
-class Page {
-  constructor(ws) {
-    this.ws = ws; this.next = 1; this.pending = new Map();
-    ws.on('message', m => {
-      const msg = JSON.parse(m);
-      const p = this.pending.get(msg.id);
-      if (!p) return;
-      this.pending.delete(msg.id);
-      msg.error ? p.reject(new Error(JSON.stringify(msg.error))) : p.resolve(msg.result);
-    });
-  }
-  send(method, params) {
-    const id = this.next++;
-    this.ws.send(JSON.stringify({ id, method, params: params || {} }));
-    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
-  }
-  async eval(expr) {
-    const r = await this.send('Runtime.evaluate', { expression: expr, returnByValue: true, awaitPromise: true });
-    if (r.exceptionDetails) throw new Error(`${expr}: ${JSON.stringify(r.exceptionDetails)}`);
-    return r.result.value;
-  }
-  async waitFor(expr, what, timeoutMs = 20000) {
-    const t0 = Date.now();
-    for (;;) {
-      const v = await this.eval(expr).catch(() => null);
-      if (v) return v;
-      if (Date.now() - t0 > timeoutMs) throw new Error(`timed out waiting for ${what} (${expr})`);
-      await sleep(100);
-    }
-  }
-  async go(url, ready) {
-    await this.send('Page.navigate', { url });
-    await this.waitFor(`document.body && document.body.dataset.ready === '${ready}'`, `the ${ready} view`);
-  }
-  async screenshot(name) {
-    const r = await this.send('Page.captureScreenshot', { format: 'png' });
-    writeFileSync(join(outDir, name), Buffer.from(r.data, 'base64'));
-  }
-}
-
-async function openPage(port) {
-  const list = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
-  const target = list.find(t => t.type === 'page');
-  const ws = new WebSocket(target.webSocketDebuggerUrl, { perMessageDeflate: false });
-  await new Promise((resolve, reject) => { ws.on('open', resolve); ws.on('error', reject); });
-  const page = new Page(ws);
-  await page.send('Page.enable');
-  await page.send('Emulation.setDeviceMetricsOverride', { width: 1280, height: 900, deviceScaleFactor: 1, mobile: false });
-  return page;
 }
 
 try {
@@ -139,12 +68,12 @@ try {
     '--data', data, '--budget', '45s', '--out', join(runs, 'b'), '--quiet'], { stdio: 'ignore', detached: true });
   children.push(train);
 
-  const { m: served } = await start(clocklm, ['serve', runs, '--port', '0'], /http:\/\/127\.0\.0\.1:(\d+)\//, 'clocklm serve');
+  const { m: served } = await start(children, clocklm, ['serve', runs, '--port', '0'], /http:\/\/127\.0\.0\.1:(\d+)\//, 'clocklm serve');
   const base = `http://127.0.0.1:${served[1]}/`;
-  const { m: devtools } = await start(chromium, ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+  const { m: devtools } = await start(children, chromium, ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
     '--remote-debugging-port=0', `--user-data-dir=${join(dir, 'chromium')}`, 'about:blank'],
   /DevTools listening on ws:\/\/127\.0\.0\.1:(\d+)\//, 'chromium');
-  const page = await openPage(devtools[1]);
+  const page = await openPage(devtools[1], outDir);
 
   // 1. The runs table lists both runs (b running) and the queued experiment.
   while (!existsSync(join(runs, 'b', 'metrics.jsonl'))) await sleep(100);

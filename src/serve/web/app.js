@@ -342,9 +342,11 @@ function viewRun(root, id) {
     detailsShown = true;
   };
   every(5000, showDetails);
+  let drawn = -1;
   return every(POLL_METRICS_MS, async () => {
     const m = await pollMetrics(id);
-    panel.redraw();
+    if (m.rows.length !== drawn) panel.redraw();  // an idle run costs one small request a second
+    drawn = m.rows.length;
     setStatus(m.status + ', ' + m.rows.length + ' metrics rows, updated ' + new Date().toLocaleTimeString());
     document.body.dataset.ready = 'run';
   });
@@ -371,9 +373,11 @@ function viewCompare(root, ids) {
     render();
   };
   showDiff().catch(e => setStatus(e.message, true));
+  let drawn = -1;
   return every(POLL_METRICS_MS, async () => {
-    await Promise.all(ids.map(pollMetrics));
-    panel.redraw();
+    const total = (await Promise.all(ids.map(pollMetrics))).reduce((n, m) => n + m.rows.length, 0);
+    if (total !== drawn) panel.redraw();
+    drawn = total;
     setStatus('updated ' + new Date().toLocaleTimeString());
     document.body.dataset.ready = 'compare';
   });

@@ -1,7 +1,7 @@
 // Run records (see runinfo.h): which code ran (git commit of the source tree), on which machine
 // (CPU model, cores, memory, GPUs), with which command line and when. Everything here must work on
 // a machine without git, without /proc or without a GPU: missing facts become "unknown"/empty.
-#include "lab/runinfo.h"
+#include "profile/runinfo.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
