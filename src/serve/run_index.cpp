@@ -27,9 +27,8 @@ const char* run_status_name(RunStatus s) {
   return "?";
 }
 
-bool lock_is_held(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return false;
+HeldLocks HeldLocks::read() {
+  HeldLocks h;
   // Lines read "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (a "->" marks a waiter, which
   // holds nothing); the device is MAJOR:MINOR in hex, the inode in decimal.
   std::ifstream f("/proc/locks");
@@ -42,10 +41,18 @@ bool lock_is_held(const std::string& path) {
     unsigned maj = 0, min = 0;
     unsigned long long ino = 0;
     if (std::sscanf(where.c_str(), "%x:%x:%llu", &maj, &min, &ino) != 3) continue;
-    if (ino == st.st_ino && maj == major(st.st_dev) && min == minor(st.st_dev)) return true;
+    h.files.insert({uint64_t(maj) << 32 | min, ino});
   }
-  return false;
+  return h;
 }
+
+bool HeldLocks::held(const std::string& path) const {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  return files.count({uint64_t(major(st.st_dev)) << 32 | minor(st.st_dev), uint64_t(st.st_ino)}) > 0;
+}
+
+bool lock_is_held(const std::string& path) { return HeldLocks::read().held(path); }
 
 namespace {
 
@@ -97,8 +104,8 @@ std::string queue_state_of(const std::string& dir) {
   }
 }
 
-RunStatus status_of(const IndexedRun& r) {
-  if (lock_is_held(r.dir + "/.lock")) return RunStatus::running;
+RunStatus status_of(const IndexedRun& r, const HeldLocks& locks) {
+  if (locks.held(r.dir + "/.lock")) return RunStatus::running;
   if (r.data.finished()) return RunStatus::done;
   if (r.queue_state == "queued" || r.queue_state == "running") return RunStatus::queued;
   return RunStatus::failed;
@@ -108,23 +115,29 @@ RunStatus status_of(const IndexedRun& r) {
 
 // Whether nothing `update_run` reads has changed since `prev` was made: then it is reused as it
 // is, so an idle run costs a few stat calls per poll and no copy.
-static bool unchanged(const IndexedRun& prev) {
+static bool unchanged(const IndexedRun& prev, const HeldLocks& locks) {
   for (const char* name : {"config.json", "run.json", "summary.json", "metrics.jsonl"}) {
     auto it = prev.stamps.find(name);
     if (it == prev.stamps.end() || !(it->second == stamp_of(prev.dir + "/" + name))) return false;
   }
-  return queue_state_of(prev.dir) == prev.queue_state && status_of(prev) == prev.status;
+  return queue_state_of(prev.dir) == prev.queue_state && status_of(prev, locks) == prev.status;
 }
 
-std::shared_ptr<const IndexedRun> refresh_run(const std::shared_ptr<const IndexedRun>& prev,
-                                              const std::string& id, const std::string& dir,
-                                              const std::string& root) {
-  if (prev && unchanged(*prev)) return prev;
-  return update_run(prev.get(), id, dir, root);
+static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
+                                              const std::string& dir, const std::string& root,
+                                              const HeldLocks& locks);
+
+static std::shared_ptr<const IndexedRun> refresh_run(const std::shared_ptr<const IndexedRun>& prev,
+                                                     const std::string& id, const std::string& dir,
+                                                     const std::string& root, const HeldLocks& locks) {
+  if (prev && unchanged(*prev, locks)) return prev;
+  return update_run(prev.get(), id, dir, root, locks);
 }
 
-std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
-                                       const std::string& dir, const std::string& root) {
+// Rereads what changed in `prev` (a fresh run when null). Throws Error when a file is malformed.
+static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
+                                              const std::string& dir, const std::string& root,
+                                              const HeldLocks& locks) {
   auto r = prev ? std::make_shared<IndexedRun>(*prev) : std::make_shared<IndexedRun>();
   r->id = id;
   r->dir = dir;
@@ -156,7 +169,7 @@ std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string
     r->metrics_offset = read_metrics_tail(metrics, r->metrics_offset, r->data.metrics, &r->data.warnings);
   r->stamps["metrics.jsonl"] = ms;
   r->queue_state = queue_state_of(dir);
-  r->status = status_of(*r);
+  r->status = status_of(*r, locks);
   int64_t newest = 0;
   for (const auto& [name, s] : r->stamps) newest = std::max(newest, s.mtime_ns);
   r->updated = double(newest) / 1e9;
@@ -181,6 +194,7 @@ void RunIndex::refresh() {
   }
   std::map<std::string, std::shared_ptr<const IndexedRun>> next;
   std::vector<std::string> errors;
+  const HeldLocks locks = HeldLocks::read();
   for (size_t i = 0; i < roots_.size(); ++i) {
     std::error_code ec;
     const fs::path real_root = fs::canonical(roots_[i], ec);
@@ -201,7 +215,7 @@ void RunIndex::refresh() {
       if (next.count(id)) continue;
       auto it = prev.find(id);
       try {
-        next[id] = refresh_run(it == prev.end() ? nullptr : it->second, id, d, roots_[i]);
+        next[id] = refresh_run(it == prev.end() ? nullptr : it->second, id, d, roots_[i], locks);
       } catch (const Error& e) {
         errors.push_back(e.what());
         if (it != prev.end()) next[id] = it->second;
@@ -249,6 +263,20 @@ void RunIndex::add_queued(size_t i, std::map<std::string, std::shared_ptr<const 
       }
     }
   }
+}
+
+void RunIndex::refresh_one(const std::string& id) {
+  std::lock_guard<std::mutex> one(refresh_mu_);
+  std::shared_ptr<const IndexedRun> prev = find(id);
+  if (!prev || (prev->status == RunStatus::queued && !path_exists(prev->dir))) return;
+  std::shared_ptr<const IndexedRun> next;
+  try {
+    next = refresh_run(prev, id, prev->dir, prev->root, HeldLocks::read());
+  } catch (const Error&) {
+    return;  // the next full refresh lists the error
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  runs_[id] = next;
 }
 
 std::vector<std::shared_ptr<const IndexedRun>> RunIndex::runs() const {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,14 @@ namespace clm {
 enum class RunStatus { running, done, failed, queued };
 const char* run_status_name(RunStatus s);
 
-// Whether any process holds a lock on `path` (flock or POSIX), read from /proc/locks: taking the
+// The files some process holds a lock on (flock or POSIX), read once from /proc/locks: taking a
 // lock to test it could make a training process that starts at that moment refuse its folder.
-bool lock_is_held(const std::string& path);
+struct HeldLocks {
+  std::set<std::pair<uint64_t, uint64_t>> files;  // (device, inode)
+  static HeldLocks read();
+  bool held(const std::string& path) const;
+};
+bool lock_is_held(const std::string& path);  // HeldLocks::read().held(path)
 
 struct IndexedRun {
   std::string id;       // "ROOTNAME/rel/path" (the root's folder name first when several roots)
@@ -57,6 +63,8 @@ class RunIndex {
   // Finds new runs, drops vanished ones and brings every run up to date. Runs that fail to load
   // keep their last good state and are listed in errors(). Safe to call from several threads.
   void refresh();
+  // Brings one known run up to date (what a page watching one run needs each second).
+  void refresh_one(const std::string& id);
   // The runs in id order (a copy, consistent with one refresh).
   std::vector<std::shared_ptr<const IndexedRun>> runs() const;
   std::shared_ptr<const IndexedRun> find(const std::string& id) const;  // null when unknown
@@ -73,9 +81,5 @@ class RunIndex {
   std::vector<std::string> errors_;
 };
 
-// Rereads what changed in `prev` (a fresh IndexedRun when null) and returns the new state.
-// Throws Error when a file is malformed.
-std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
-                                       const std::string& dir, const std::string& root);
 
 }  // namespace clm

@@ -127,13 +127,35 @@ function lineChart(name, series, opts) {
     const t = mk('text', { x: sx(opts.budget) - 4, y: T + 12, 'text-anchor': 'end' }); t.textContent = 'budget end'; svg.append(t);
   }
   series.forEach((s, i) => {
-    const p = pts[i];
+    const p = decimate(pts[i], sx, sy);
     if (p.length === 0) return;
     const d = p.map((q, k) => (k ? 'L' : 'M') + sx(q[0]).toFixed(1) + ' ' + sy(q[1]).toFixed(1)).join('');
     svg.append(mk('path', { class: 'series', d, stroke: s.color, 'data-name': s.name }));
     if (s.dots || p.length < 40) for (const q of p) svg.append(mk('circle', { cx: sx(q[0]), cy: sy(q[1]), r: 2.5, fill: s.color }));
   });
   return svg;
+}
+// At most a few points per pixel column are drawn: for each column, its first, lowest, highest
+// and last point, so a 30-minute run's curve keeps its envelope and draws as fast as a short one.
+function decimate(points, sx, sy) {
+  if (points.length < 2000) return points;
+  const out = [];
+  let col = null, group = [];
+  const flush = () => {
+    if (!group.length) return;
+    let lo = group[0], hi = group[0];
+    for (const q of group) { if (sy(q[1]) > sy(lo[1])) lo = q; if (sy(q[1]) < sy(hi[1])) hi = q; }
+    const keep = [group[0], lo, hi, group[group.length - 1]].sort((a, b) => a[0] - b[0]);
+    for (const q of keep) if (out[out.length - 1] !== q) out.push(q);
+    group = [];
+  };
+  for (const q of points) {
+    const c = Math.round(sx(q[0]));
+    if (c !== col) { flush(); col = c; }
+    group.push(q);
+  }
+  flush();
+  return out;
 }
 function fmtTick(v) {
   const a = Math.abs(v);
