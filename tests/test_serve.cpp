@@ -151,6 +151,36 @@ TEST(ServeIndex, ListsRunsWithStatusAndReadsOnlyNewMetricsRows) {
   EXPECT_EQ(page["rows"].size(), page["total"].get<size_t>() - 68);
 }
 
+TEST(ServeIndex, WhatItReadsOfARunIsBounded) {
+  ServeDir d;
+  const fs::path m = d.runs() / "d6-unfinished" / "metrics.jsonl";
+  const uint64_t shown = fs::file_size(m);
+  const size_t rows = clm::load_run((d.runs() / "d6-unfinished").string()).metrics.size();
+  append(m, "{\"step\": 1000, \"loss\": 3.5}\n" + std::string(4000, ' ') + "\n");
+  write(d.runs() / "d4-adamw" / "summary.json", "{\"pad\": \"" + std::string(5000, 'x') + "\"}");
+  const clm::ServeReadLimits lim{.json_bytes = 4096, .metrics_bytes = shown + 100};
+  clm::RunIndex index({d.runs().string()}, lim);
+  index.refresh();
+  auto runs = by_id(index);
+  // metrics.jsonl: the rows up to the limit, one warning, and nothing more on later refreshes.
+  const auto& unfinished = *runs["d6-unfinished"];
+  EXPECT_EQ(unfinished.data.metrics.size(), rows + 1) << "the row that ends within the limit";
+  ASSERT_EQ(unfinished.metrics_offset, lim.metrics_bytes);
+  ASSERT_FALSE(unfinished.data.warnings.empty());
+  EXPECT_NE(unfinished.data.warnings.back().find("only its first"), std::string::npos);
+  append(m, "{\"step\": 1001, \"loss\": 3.4}\n");
+  index.refresh();
+  EXPECT_EQ(by_id(index)["d6-unfinished"]->data.metrics.size(), unfinished.data.metrics.size());
+  // A JSON file over the limit: the run is not loaded and the error names the file in one line.
+  EXPECT_EQ(runs.count("d4-adamw"), 0u);
+  bool named = false;
+  for (const std::string& e : index.errors())
+    named |= e.find("summary.json") != std::string::npos && e.find('\n') == std::string::npos;
+  EXPECT_TRUE(named);
+  EXPECT_THROW(clm::read_shown_json((d.runs() / "d4-adamw" / "summary.json").string(), 4096), clm::Error);
+  EXPECT_TRUE(clm::read_shown_json((d.runs() / "nope.json").string()).is_null());
+}
+
 TEST(ServeIndex, RunHoldingItsLockIsRunning) {
   ServeDir d;
   clm::RunIndex index({d.runs().string()});

@@ -21,16 +21,10 @@ namespace {
 // NaN and infinities are not JSON: they become null.
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
-// Files the pages show whole (plan, profile, journal entries) are small; anything past this is
-// not read, so a stray huge file in a run folder cannot stall the server.
-constexpr uintmax_t kMaxShownFile = 16u << 20;
-
+// A shown file that is missing, too large or malformed is shown as null.
 json read_json_or_null(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(path, ec);
-  if (ec || size > kMaxShownFile) return nullptr;
   try {
-    return parse_json(read_file(path), path);
+    return read_shown_json(path);
   } catch (const Error&) {
     return nullptr;
   }

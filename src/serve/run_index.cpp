@@ -66,29 +66,41 @@ IndexedRun::Stamp stamp_of(const std::string& path) {
   return s;
 }
 
-// The small JSON files of a run: reread whole when their stamp changes (each is written atomically).
-nlohmann::json read_small_json(const std::string& path) {
-  if (!path_exists(path)) return nullptr;
+}  // namespace
+
+nlohmann::json read_shown_json(const std::string& path, uint64_t max_bytes) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) {
+    if (!path_exists(path)) return nullptr;
+    fail("{}: cannot read its size: {}", path, ec.message());
+  }
+  if (size > max_bytes) fail("{}: {} bytes, over the {} bytes a shown file may have", path, size, max_bytes);
   return parse_json(read_file(path), path);
 }
 
-// Reads metrics.jsonl from `offset` up to its last newline; appends the rows to `rows`.
-uint64_t read_metrics_tail(const std::string& path, uint64_t offset, std::vector<nlohmann::json>& rows,
-                           std::vector<std::string>* warnings) {
+namespace {
+
+// Reads metrics.jsonl from `offset` up to its last newline before `max_bytes`; appends the rows to
+// `rows`. A file that reaches `max_bytes` gets one warning and is read no further.
+uint64_t read_metrics_tail(const std::string& path, uint64_t offset, uint64_t max_bytes,
+                           std::vector<nlohmann::json>& rows, std::vector<std::string>* warnings) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return offset;
   f.seekg(0, std::ios::end);
-  const uint64_t size = uint64_t(f.tellg());
+  const uint64_t full = uint64_t(f.tellg()), size = std::min(full, max_bytes);
   if (size <= offset) return offset;
   std::string text(size - offset, '\0');
   f.seekg(std::streamoff(offset));
   f.read(text.data(), std::streamsize(text.size()));
   text.resize(size_t(f.gcount()));
+  // Up to the last newline; a line still being written waits for the next read.
   const size_t end = text.rfind('\n');
-  if (end == std::string::npos) return offset;  // a line still being written
-  text.resize(end + 1);
+  text.resize(end == std::string::npos ? 0 : end + 1);
   for (auto& row : parse_metrics(text, path, warnings)) rows.push_back(std::move(row));
-  return offset + text.size();
+  if (full <= max_bytes) return offset + text.size();
+  warnings->push_back(fmt::format("metrics.jsonl: only its first {} bytes are shown", offset + text.size()));
+  return max_bytes;
 }
 
 // The experiment state of a run inside a queue (QUEUE/exp-NNNN/run), else "".
@@ -98,7 +110,7 @@ std::string queue_state_of(const std::string& dir) {
   const std::string state = (p.parent_path() / "state.json").string();
   if (!path_exists(state)) return "";
   try {
-    return parse_json(read_file(state), state).value("state", "");
+    return read_shown_json(state).value("state", "");
   } catch (const Error&) {
     return "";
   }
@@ -125,19 +137,20 @@ static bool unchanged(const IndexedRun& prev, const HeldLocks& locks) {
 
 static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
                                               const std::string& dir, const std::string& root,
-                                              const HeldLocks& locks);
+                                              const HeldLocks& locks, const ServeReadLimits& lim);
 
 static std::shared_ptr<const IndexedRun> refresh_run(const std::shared_ptr<const IndexedRun>& prev,
                                                      const std::string& id, const std::string& dir,
-                                                     const std::string& root, const HeldLocks& locks) {
+                                                     const std::string& root, const HeldLocks& locks,
+                                                     const ServeReadLimits& lim) {
   if (prev && unchanged(*prev, locks)) return prev;
-  return update_run(prev.get(), id, dir, root, locks);
+  return update_run(prev.get(), id, dir, root, locks, lim);
 }
 
 // Rereads what changed in `prev` (a fresh run when null). Throws Error when a file is malformed.
 static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std::string& id,
                                               const std::string& dir, const std::string& root,
-                                              const HeldLocks& locks) {
+                                              const HeldLocks& locks, const ServeReadLimits& lim) {
   auto r = prev ? std::make_shared<IndexedRun>(*prev) : std::make_shared<IndexedRun>();
   r->id = id;
   r->dir = dir;
@@ -153,7 +166,7 @@ static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std:
     const std::string path = dir + "/" + jf.name;
     const IndexedRun::Stamp s = stamp_of(path);
     if (r->stamps[jf.name] == s && prev) continue;
-    r->data.*jf.field = read_small_json(path);
+    r->data.*jf.field = read_shown_json(path, lim.json_bytes);
     r->stamps[jf.name] = s;
   }
   const std::string metrics = dir + "/metrics.jsonl";
@@ -166,7 +179,8 @@ static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std:
     r->metrics_offset = 0;
   }
   if (ms.size > int64_t(r->metrics_offset))
-    r->metrics_offset = read_metrics_tail(metrics, r->metrics_offset, r->data.metrics, &r->data.warnings);
+    r->metrics_offset = read_metrics_tail(metrics, r->metrics_offset, lim.metrics_bytes, r->data.metrics,
+                                          &r->data.warnings);
   r->stamps["metrics.jsonl"] = ms;
   r->queue_state = queue_state_of(dir);
   r->status = status_of(*r, locks);
@@ -176,7 +190,8 @@ static std::shared_ptr<IndexedRun> update_run(const IndexedRun* prev, const std:
   return r;
 }
 
-RunIndex::RunIndex(std::vector<std::string> roots) : roots_(std::move(roots)) {
+RunIndex::RunIndex(std::vector<std::string> roots, ServeReadLimits limits)
+    : roots_(std::move(roots)), limits_(limits) {
   std::error_code ec;
   for (const auto& root : roots_) {
     if (!fs::is_directory(root, ec)) fail("serve: {} is not a folder", root);
@@ -215,7 +230,7 @@ void RunIndex::refresh() {
       if (next.count(id)) continue;
       auto it = prev.find(id);
       try {
-        next[id] = refresh_run(it == prev.end() ? nullptr : it->second, id, d, roots_[i], locks);
+        next[id] = refresh_run(it == prev.end() ? nullptr : it->second, id, d, roots_[i], locks, limits_);
       } catch (const Error& e) {
         errors.push_back(e.what());
         if (it != prev.end()) next[id] = it->second;
@@ -241,8 +256,8 @@ void RunIndex::add_queued(size_t i, std::map<std::string, std::shared_ptr<const 
       if (!exp.filename().string().starts_with("exp-") || e.is_symlink(ec)) continue;
       if (!path_exists((exp / "state.json").string()) || fs::exists(exp / "run", ec)) continue;
       try {
-        const nlohmann::json state = read_small_json((exp / "state.json").string());
-        const nlohmann::json spec = read_small_json((exp / "experiment.json").string());
+        const nlohmann::json state = read_shown_json((exp / "state.json").string(), limits_.json_bytes);
+        const nlohmann::json spec = read_shown_json((exp / "experiment.json").string(), limits_.json_bytes);
         if (state.value("state", "") != "queued") continue;
         std::string rel = fs::relative(exp / "run", roots_[i], ec).generic_string();
         const std::string id = roots_.size() > 1 ? root_names_[i] + "/" + rel : rel;
@@ -271,7 +286,7 @@ void RunIndex::refresh_one(const std::string& id) {
   if (!prev || (prev->status == RunStatus::queued && !path_exists(prev->dir))) return;
   std::shared_ptr<const IndexedRun> next;
   try {
-    next = refresh_run(prev, id, prev->dir, prev->root, HeldLocks::read());
+    next = refresh_run(prev, id, prev->dir, prev->root, HeldLocks::read(), limits_);
   } catch (const Error&) {
     return;  // the next full refresh lists the error
   }

@@ -34,6 +34,20 @@ struct HeldLocks {
 };
 bool lock_is_held(const std::string& path);  // HeldLocks::read().held(path)
 
+// What the dashboard reads of a run folder is bounded, so a stray huge file placed in a served
+// folder costs neither the server's memory nor its time: a JSON file the pages show (config, run,
+// summary, plan, profile, queue and experiment files) over `json_bytes` is refused with a one-line
+// error, and metrics.jsonl is read up to `metrics_bytes` (a 30-minute run writes about 3 MB); what
+// lies past that is not shown and the run carries a warning that says so.
+struct ServeReadLimits {
+  uint64_t json_bytes = uint64_t(16) << 20;
+  uint64_t metrics_bytes = uint64_t(256) << 20;
+};
+
+// The one reader of a shown JSON file: null when the file does not exist; throws Error (one line,
+// naming the file) when it is over `max_bytes` or malformed.
+nlohmann::json read_shown_json(const std::string& path, uint64_t max_bytes = ServeReadLimits{}.json_bytes);
+
 struct IndexedRun {
   std::string id;       // "ROOTNAME/rel/path" (the root's folder name first when several roots)
   std::string dir;      // the folder, as found under its root
@@ -57,7 +71,7 @@ struct IndexedRun {
 class RunIndex {
  public:
   // Throws Error when a root is not a folder.
-  explicit RunIndex(std::vector<std::string> roots);
+  explicit RunIndex(std::vector<std::string> roots, ServeReadLimits limits = {});
   const std::vector<std::string>& roots() const { return roots_; }
 
   // Finds new runs, drops vanished ones and brings every run up to date. Runs that fail to load
@@ -74,6 +88,7 @@ class RunIndex {
   void add_queued(size_t root, std::map<std::string, std::shared_ptr<const IndexedRun>>& out) const;
 
   std::vector<std::string> roots_;
+  ServeReadLimits limits_;
   std::vector<std::string> root_names_;
   mutable std::mutex mu_;
   std::mutex refresh_mu_;  // one refresh at a time; readers never wait on file reads
