@@ -3,6 +3,7 @@
 // so the ledger agrees with what `runs` and `leaderboard` show for the same runs.
 #include "lab/ledger.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -15,6 +16,15 @@ namespace clm {
 
 double Ledger::remaining() const {
   return capped() ? cap - spent - reserved : std::numeric_limits<double>::infinity();
+}
+
+double Ledger::charge(const nlohmann::json& state, double budget_seconds, const std::string& run_dir) {
+  const double used = experiment_device_seconds(state, run_dir);
+  const std::string st = state.value("state", "queued");
+  ++experiments;
+  spent += used;
+  if (st == "queued" || st == "running") reserved += std::max(0.0, budget_seconds - run_device_seconds(run_dir));
+  return used;
 }
 
 nlohmann::json Ledger::to_json() const {

@@ -15,6 +15,10 @@ struct Ledger {
   int experiments = 0;
   bool capped() const { return cap >= 0; }
   double remaining() const;  // cap - spent - reserved (infinity without a cap), may be negative
+  // Counts one experiment from its state.json, its budget and its run folder: the device seconds
+  // it was charged, and while it is queued or running the part of its budget not yet spent.
+  // Returns the seconds charged to it.
+  double charge(const nlohmann::json& state, double budget_seconds, const std::string& run_dir);
   nlohmann::json to_json() const;
   std::string describe() const;  // "spent 1m35s of 10h00m, 5m00s reserved, 9h53m remaining"
 };

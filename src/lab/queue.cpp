@@ -356,10 +356,7 @@ Ledger ExperimentQueue::ledger_locked() {
   l.cap = settings().cap_seconds;
   for (const auto& id : ids()) {
     Experiment e = load(id);
-    ++l.experiments;
-    l.spent += experiment_device_seconds(e.state, e.run_dir());
-    if (e.active())
-      l.reserved += std::max(0.0, e.spec.budget_seconds - run_device_seconds(e.run_dir()));
+    l.charge(e.state, e.spec.budget_seconds, e.run_dir());
   }
   return l;
 }

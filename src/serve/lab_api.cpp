@@ -161,16 +161,12 @@ namespace {
 
 // One experiment of a queue as the lab page shows it; null when its files are unreadable (a
 // submission being written).
-json experiment_json(const fs::path& exp, double& spent, double& reserved) {
+json experiment_json(const fs::path& exp, Ledger& ledger) {
   const json spec = read_json_or_null((exp / "experiment.json").string());
   const json state = read_json_or_null((exp / "state.json").string());
   if (!spec.is_object() || !state.is_object()) return nullptr;
-  const std::string run = (exp / "run").string();
   const std::string st = state.value("state", "queued");
-  const double used = experiment_device_seconds(state, run);
-  spent += used;
-  if (st == "queued" || st == "running")
-    reserved += std::max(0.0, spec.value("budget_seconds", 0.0) - run_device_seconds(run));
+  const double used = ledger.charge(state, spec.value("budget_seconds", 0.0), (exp / "run").string());
   return {{"id", exp.filename().string()},
           {"name", spec.value("name", "")},
           {"state", st},
@@ -192,24 +188,23 @@ json queue_json(const fs::path& q) {
     if (e.path().filename().string().starts_with("exp-") && e.is_directory(ec) && !e.is_symlink(ec))
       exps.push_back(e.path());
   std::sort(exps.begin(), exps.end());
-  double spent = 0, reserved = 0;
+  Ledger ledger;
   json list = json::array();
   for (const auto& e : exps)
-    if (json j = experiment_json(e, spent, reserved); !j.is_null()) list.push_back(std::move(j));
+    if (json j = experiment_json(e, ledger); !j.is_null()) list.push_back(std::move(j));
   const json settings = read_json_or_null((q / "queue.json").string());
-  double cap = -1;
   if (settings.is_object() && settings.contains("cap_device_seconds") &&
       settings["cap_device_seconds"].is_number())
-    cap = settings["cap_device_seconds"].get<double>();
+    ledger.cap = settings["cap_device_seconds"].get<double>();
   const bool runner = lock_is_held((q / "runner.lock").string());
   return {{"dir", q.string()},
           {"runner", runner ? read_json_or_null((q / "runner.json").string()) : json(nullptr)},
           {"ledger",
-           {{"experiments", list.size()},
-            {"spent", spent},
-            {"reserved", reserved},
-            {"cap", cap >= 0 ? json(cap) : json(nullptr)},
-            {"remaining", cap >= 0 ? json(cap - spent - reserved) : json(nullptr)}}},
+           {{"experiments", ledger.experiments},
+            {"spent", ledger.spent},
+            {"reserved", ledger.reserved},
+            {"cap", ledger.capped() ? json(ledger.cap) : json(nullptr)},
+            {"remaining", ledger.capped() ? json(ledger.remaining()) : json(nullptr)}}},
           {"experiments", list}};
 }
 
