@@ -82,7 +82,7 @@ SampleResult Sampler::run(const SampleRequest& req) {
     pid = spawn_process(
       exe_, {"sample", "--checkpoint", req.checkpoint, "--prompt=" + req.prompt, "--tokens",
              std::to_string(req.tokens), "--temperature", fmt::format("{}", req.temperature), "--top-k",
-             std::to_string(req.top_k), "--seed", std::to_string(req.seed)},
+             std::to_string(req.top_k), "--seed", std::to_string(req.seed), "--stop-at-bos"},
       so);
   } catch (const Error& e) {
     ::unlink(out_name);

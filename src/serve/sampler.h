@@ -1,6 +1,7 @@
 // The dashboard's sample box: text from a run's newest checkpoint, produced by `clocklm sample` in
 // a child process (a crash or an out-of-memory cannot take the server down, and the model's memory
-// is returned when it ends), one request at a time, with the prompt, the length and the time bounded.
+// is returned when it ends), one request at a time, with the prompt, the length and the time bounded;
+// a sample ends at the end of its document (the BOS token), as a completion would.
 #pragma once
 #include <cstdint>
 #include <mutex>
