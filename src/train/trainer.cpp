@@ -138,6 +138,7 @@ void write_run_files(const RunContext& run, const TrainSetup& setup, const Train
   rec["transport"] = run.comm->name();
   rec["device"] = run.device->description();
   rec["matmul_precision"] = prec_name(setup.model->matmul_precision());
+  rec["params"] = setup.model->num_params();  // what a dashboard shows while the run trains
   rec["resumed_from_step"] = run.resuming ? nlohmann::json(state.step) : nlohmann::json(nullptr);
   const std::string name = run.resuming ? fmt::format("run.resume-{}.json", state.step) : "run.json";
   write_json_file((fs::path(run.dir) / name).string(), rec);

@@ -82,6 +82,9 @@ try {
   assert.ok(await page.eval(`!!document.querySelector('#runs-table tr[data-run-id="a"][data-status="done"]')`), 'run a listed as done');
   assert.ok(await page.eval(`!!document.querySelector('#runs-table tr[data-run-id="queue/exp-0001/run"][data-status="queued"]')`),
     'the queued experiment is listed');
+  const runningParams = await page.eval(`fetch('/api/runs').then(r => r.json())
+    .then(j => j.runs.find(r => r.id === "b").params)`);
+  assert.ok(runningParams > 0, `the running run's parameter count is shown (got ${runningParams})`);
   await page.screenshot('runs.png');
 
   // 2. The live curve of b gains points while it trains, within a few seconds.
