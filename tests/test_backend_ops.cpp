@@ -1118,7 +1118,9 @@ static double xent_ref(const VecD& z, int64_t n, int V, int Vp, double cap, int3
 
 TEST_P(BackendOps, SoftcapXent) {
   // Losses: fp32 log-sum-exp of values up to ~|cap|, 1e-5 + 2e-6 relative. Gradient: FD of the
-  // float64 loss, 1e-5 (the probabilities are accurate to a few ulp). The padding columns and
+  // float64 loss, 1e-5 (the probabilities are accurate to a few ulp). Measured on the CPU kernel
+  // against float64 over 64 rows of 8192 (caps 2 to 40, every variant): loss error <= 9.8e-6,
+  // gradient error <= 7.1e-7 (bench/RESULTS.md, "softcap_xent reads the logits once"). The padding columns and
   // ignored rows get an exact 0 gradient.
   Backend& b = be();
   struct Case { int64_t N; int V, Vp; float zscale; };
