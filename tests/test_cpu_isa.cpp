@@ -467,11 +467,14 @@ TEST(CpuIsa, SoftcapCrossEntropyMatchesGeneric) {
     VecF gs = z;
     softcap_fwd(gs.data(), int64_t(gs.size()), cap);
     for_each_isa([&](const std::string&) {
-      VecF lz = z, loss(N);
+      VecF lz = z, loss(N), hz = z, hloss(N);
       std::vector<int32_t> am(N);
+      double total = softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f);
+      // With grad_bf16 the gradient goes there only: the fp32 one rounded, the same losses.
       std::vector<bf16> gh(size_t(N * Vp), 0x7fc0);
-      double total =
-          softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f, gh.data());
+      EXPECT_EQ(softcap_xent(hz.data(), tg.data(), N, V, Vp, cap, hloss.data(), nullptr, true, 0.5f, gh.data()),
+                total) << what;
+      EXPECT_EQ(hloss, loss) << what;
       for (size_t i = 0; i < gh.size(); ++i) ASSERT_EQ(gh[i], f32_to_bf16(lz[i])) << what << " bf16 gradient " << i;
       EXPECT_NEAR(total, gtotal, 1e-5 * std::abs(gtotal)) << what;
       expect_close(to_d(loss), to_d(gloss), 1e-5, 1e-6, what + " loss");

@@ -62,6 +62,23 @@ TEST(VMath, Expm1IsRelativelyAccurateNearZero) {
   EXPECT_FLOAT_EQ(vexpm1_in_range(1e-20f), 1e-20f);
 }
 
+TEST(VMath, CoarseExpWithinThreeTenthsOfAMillionth) {
+  // Measured: 2.5e-7 relative at worst, every 7th float (the cross-entropy's two exponentials per logit).
+  Worst w = sweep(-87.3f, 88.3f, 97, vexp_coarse, [](double x) { return std::exp(x); });
+  EXPECT_LE(w.rel, 3e-7) << "at " << w.rel_at;
+  EXPECT_TRUE(std::isnan(vexp_coarse(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(VMath, ClampKeepsTheRangeAndNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {-18.0f, -17.5f, -1e-30f, -0.0f, 0.0f, 3.25f, 18.0f}) EXPECT_EQ(vclamp(x, -18.0f, 18.0f), x) << x;
+  for (float x : {18.5f, 1e30f, inf}) EXPECT_EQ(vclamp(x, -18.0f, 18.0f), 18.0f) << x;
+  for (float x : {-18.5f, -1e30f, -inf}) EXPECT_EQ(vclamp(x, -18.0f, 18.0f), -18.0f) << x;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(vclamp(nan, -18.0f, 18.0f)));
+  EXPECT_TRUE(std::isnan(vclamp(-nan, -18.0f, 18.0f)));
+}
+
 TEST(VMath, TanhAbsoluteAndRelativeError) {
   Worst w = sweep(-12.0f, 12.0f, 97, vtanh, [](double x) { return std::tanh(x); });
   EXPECT_LE(w.abs, 2e-7) << "at " << w.abs_at;

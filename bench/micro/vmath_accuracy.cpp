@@ -1,4 +1,4 @@
-// Worst error of backend/cpu/vmath.h's vtanh, vexp and vexpm1_in_range against float64 over every
+// Worst error of backend/cpu/vmath.h's vtanh, vexp, vexpm1_in_range and vexp_coarse against float64 over every
 // `step`-th float bit pattern of magnitude at least 2^-30 in the range (both signs), for the kernel
 // variant chosen by CLM_ISA (0 generic, 1 AVX2, 2 AVX-512). step 1 visits ~6e8 floats per function.
 //
@@ -21,6 +21,10 @@ void run_exp(const float* x, float* y, int n) {
 void run_expm1(const float* x, float* y, int n) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) y[i] = vexpm1_in_range(x[i]);
+}
+void run_exp_coarse(const float* x, float* y, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) y[i] = vexp_coarse(x[i]);
 }
 CLM_ISA_END
 using namespace clm::CLM_ISA_NS;
@@ -51,4 +55,5 @@ int main(int argc, char** argv) {
   sweep("tanh", -12, 12, step, run_tanh, [](double x) { return std::tanh(x); });
   sweep("exp", -87.3f, 88.3f, step, run_exp, [](double x) { return std::exp(x); });
   sweep("expm1", -87.3f, 88.3f, step, run_expm1, [](double x) { return std::expm1(x); });
+  sweep("exp_coarse", -87.3f, 88.3f, step, run_exp_coarse, [](double x) { return std::exp(x); });
 }

@@ -147,13 +147,13 @@ struct SoftcapXentArgs {
   int64_t N = 0;
   int V = 0, Vp = 0;
   float cap = 0;
-  float* logits = nullptr;            // gradient written here in place with want_grad
+  float* logits = nullptr;            // gradient written here in place with want_grad, unless grad_bf16
   const int32_t* targets = nullptr;   // null or < 0: ignored rows
   float* loss = nullptr;              // per-row loss (may be null)
   int32_t* argmax = nullptr;          // may be null
   bool want_grad = false;
   float grad_scale = 1.0f;
-  bf16* grad_bf16 = nullptr;          // with want_grad: the gradient also rounded to bf16 here (or null)
+  bf16* grad_bf16 = nullptr;          // with want_grad: the gradient rounded to bf16 here (or null), logits then unspecified
 };
 
 // The two-term mix's backward (Backend::mix2_fwd: out = w[0] x + w[1] x0) from dout: dw[0] +=

@@ -486,16 +486,12 @@ void softcap_fwd(float* z, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) z[i] = cap * vtanh(z[i] * inv);
 }
 
-// s = cap tanh(u), u = z / cap, from m = e^{2u} - 1 and q = 1 / (m + 2): tanh(u) = m q and
-// tanh(u) - 1 = -2 q, so s - cap = -2 cap q comes without subtracting nearly equal values and lies
-// in [-2 cap, 0] (its exp needs no clamping for cap <= 40), and 1 - tanh(u)^2 = 4 q (1 - q).
-struct Softcapped {
-  float s, q;
-};
-inline Softcapped softcap_parts(float z, float inv, float cap) {
-  const float m = vtanh_expm1(z * inv);
-  const float q = 1.0f / (m + 2.0f);
-  return {cap * (m * q), q};
+// s = cap tanh(u), u = z / cap, through q = 1 / (e^{2u} + 1): tanh(u) = 1 - 2q, so s - cap = -2 cap q
+// comes without subtracting nearly equal values and lies in [-2 cap, 0] (its exp needs no clamping
+// for cap <= 40), and 1 - tanh(u)^2 = 4 q (1 - q). 2u is clamped to +-18, where q is within 2e-8 of
+// 0 or 1. Returns q.
+inline float softcap_q(float z, float two_inv) {
+  return 1.0f / (vexp_coarse(vclamp(z * two_inv, -18.0f, 18.0f)) + 1.0f);
 }
 
 // First index of the row's maximum.
@@ -508,20 +504,44 @@ static int row_argmax(const float* z, int V) {
   return am;
 }
 
-// One pass over a capped row (cap <= 40): returns sum_j e^{s_j - cap}. kWeights: z_j becomes
-// e^{s_j - cap} q_j (1 - q_j), the gradient up to a factor per row; else z_j becomes s_j.
-template <bool kWeights>
-static float softcap_expsum(float* z, int V, float cap) {
-  const float inv = 1.0f / cap, m2cap = -2.0f * cap;
+// One pass over a capped row (cap <= 40), reading z only: returns sum_j e^{s_j - cap}, and with w
+// non-null stores w_j = e^{s_j - cap} q_j (1 - q_j), the gradient up to a factor per row (w may be z).
+static float softcap_expsum(const float* z, float* w, int V, float cap) {
+  const float two_inv = 2.0f / cap, m2cap = -2.0f * cap;
   float sum = 0;
+  if (!w) {
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) sum += vexp_coarse(m2cap * softcap_q(z[j], two_inv));
+    return sum;
+  }
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < V; ++j) {
-    const Softcapped c = softcap_parts(z[j], inv, cap);
-    const float p = vexp_in_range(m2cap * c.q);
-    z[j] = kWeights ? p * (c.q * (1.0f - c.q)) : c.s;
+    const float q = softcap_q(z[j], two_inv);
+    const float p = vexp_coarse(m2cap * q);
+    w[j] = p * (q * (1.0f - q));
     sum += p;
   }
   return sum;
+}
+
+// The row's gradient from the weights w (softcap_expsum): w_j scale in place, the one-hot term
+// `corr` taken off at the target, zeros in the padding [V, Vp) of the destination; with gb also
+// rounded to bf16 there (padding included), the same bits as f32_to_bf16 of the fp32 gradient.
+template <bool kBf16>
+static void scale_grad(float* w, bf16* gb, int V, int Vp, float scale, int32_t tg, float corr) {
+#pragma omp simd
+  for (int j = 0; j < V; ++j) {
+    const float g = w[j] * scale;
+    w[j] = g;
+    if constexpr (kBf16) put(gb + j, g);
+  }
+  w[tg] -= corr;
+  if constexpr (kBf16) {
+    put(gb + tg, w[tg]);
+    std::fill(gb + V, gb + Vp, bf16(0));
+  } else {
+    std::fill(w + V, w + Vp, 0.0f);
+  }
 }
 
 // Rows uncapped, or capped above 40: s in place, then the log-sum-exp shifted by the row maximum.
@@ -554,34 +574,53 @@ static void plain_grad(float* z, int V, float cap, float lse, int32_t tg, float 
   z[tg] -= gs * (capped ? (1.0f - (st * inv) * (st * inv)) : 1.0f);
 }
 
-// Loss of row z (0 for an ignored target); with want_grad, z becomes the row's gradient.
-static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, bool want_grad, float gs) {
-  if (want_grad && tg < 0) {
-    std::memset(z, 0, sizeof(float) * Vp);
+// Where a row's gradient goes: nowhere (!want), in place into the logits, or with gb into that bf16
+// row only, the fp32 weights then kept in `scratch` (V floats), so the logits are only read.
+struct RowGrad {
+  bool want;
+  float gs;            // grad_scale
+  bf16* gb;            // the row of grad_bf16, or null
+  float* scratch;
+};
+
+// Loss of a row capped at cap <= 40 (0 for an ignored target), its gradient where gr says. The
+// log-sum-exp is shifted by cap, a bound on every s, so one pass does the softcap and the exp-sum
+// (terms of at least e^(-2 cap) stay normal floats).
+static float capped_row(float* z, int V, int Vp, float cap, int32_t tg, const RowGrad& gr) {
+  const float qt = tg >= 0 ? softcap_q(z[tg], 2.0f / cap) : 0.0f;  // before z is overwritten
+  if (!gr.want) return tg >= 0 ? std::log(softcap_expsum(z, nullptr, V, cap)) + 2.0f * cap * qt : 0.0f;
+  float* w = gr.gb ? gr.scratch : z;
+  const float sum = softcap_expsum(z, w, V, cap);
+  // softmax_j (1 - tanh_j^2) = e^{s_j - cap} / sum * 4 q_j (1 - q_j)
+  const float scale = 4.0f * gr.gs / sum, corr = 4.0f * gr.gs * (qt * (1.0f - qt));
+  if (gr.gb)
+    scale_grad<true>(w, gr.gb, V, Vp, scale, tg, corr);
+  else
+    scale_grad<false>(w, nullptr, V, Vp, scale, tg, corr);
+  return std::log(sum) + 2.0f * cap * qt;  // lse - s_t with lse = cap + log(sum), s_t = cap - 2 cap q_t
+}
+
+// Loss of row z (0 for an ignored target); the gradient where gr says (z's contents are left
+// unspecified when it goes to gr.gb).
+static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, const RowGrad& gr) {
+  if (gr.want && tg < 0) {
+    if (gr.gb)
+      std::fill(gr.gb, gr.gb + Vp, bf16(0));
+    else
+      std::memset(z, 0, sizeof(float) * Vp);
     return 0.0f;
   }
-  if (want_grad) std::fill(z + V, z + Vp, 0.0f);
-  // The log-sum-exp is shifted by a bound on the row: with a cap every s lies in [-cap, cap], so
-  // cap itself serves and one pass does the softcap and the exp-sum (terms of at least e^(-2 cap)
-  // stay normal floats for any cap up to 40).
-  if (cap > 0 && cap <= 40.0f) {
-    const float inv = 1.0f / cap;
-    const Softcapped t = tg >= 0 ? softcap_parts(z[tg], inv, cap) : Softcapped{0.0f, 0.0f};
-    if (!want_grad) {
-      const float lse = cap + std::log(softcap_expsum<false>(z, V, cap));
-      return tg >= 0 ? lse - t.s : 0.0f;
-    }
-    // softmax_j (1 - tanh_j^2) = e^{s_j - cap} / sum * 4 q_j (1 - q_j)
-    const float sum = softcap_expsum<true>(z, V, cap);
-    const float scale = 4.0f * gs / sum;
-#pragma omp simd
-    for (int j = 0; j < V; ++j) z[j] *= scale;
-    z[tg] -= 4.0f * gs * (t.q * (1.0f - t.q));
-    return cap + std::log(sum) - t.s;
-  }
+  if (cap > 0 && cap <= 40.0f) return capped_row(z, V, Vp, cap, tg, gr);
   const float lse = plain_lse(z, V, cap);
   const float st = tg >= 0 ? z[tg] : 0.0f;
-  if (want_grad) plain_grad(z, V, cap, lse, tg, st, gs);
+  if (gr.want) {
+    plain_grad(z, V, cap, lse, tg, st, gr.gs);
+    std::fill(z + V, z + Vp, 0.0f);
+    if (gr.gb) {
+#pragma omp simd
+      for (int j = 0; j < Vp; ++j) put(gr.gb + j, z[j]);
+    }
+  }
   return tg >= 0 ? lse - st : 0.0f;
 }
 
@@ -589,16 +628,17 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16) {
   std::vector<float> own_loss(loss ? 0 : N);
   float* L = loss ? loss : own_loss.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* z = logits + n * Vp;
-    // The softcap is increasing, so the argmax of the raw logits is that of s.
-    if (argmax) argmax[n] = row_argmax(z, V);
-    L[n] = xent_row(z, V, Vp, cap, targets ? targets[n] : -1, want_grad, grad_scale);
-    if (want_grad && grad_bf16) {
-      bf16* gb = grad_bf16 + n * Vp;
-#pragma omp simd
-      for (int j = 0; j < Vp; ++j) put(gb + j, z[j]);
+  const bool to_bf16 = want_grad && grad_bf16;
+#pragma omp parallel
+  {
+    std::vector<float> scratch(to_bf16 ? V : 0);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* z = logits + n * Vp;
+      // The softcap is increasing, so the argmax of the raw logits is that of s.
+      if (argmax) argmax[n] = row_argmax(z, V);
+      const RowGrad gr{want_grad, grad_scale, to_bf16 ? grad_bf16 + n * Vp : nullptr, scratch.data()};
+      L[n] = xent_row(z, V, Vp, cap, targets ? targets[n] : -1, gr);
     }
   }
   double total = 0;

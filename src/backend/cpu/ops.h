@@ -119,8 +119,10 @@ void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da +=
 // (0 where target < 0). argmax[n] = argmax over the real vocabulary (may be null).
 // If want_grad, logits is overwritten IN PLACE with d(grad_scale * sum_n loss[n]) / dz (0 in the
 // padding and on ignored rows), so one [N, Vp] buffer serves forward and backward; where grad_bf16
-// is given, the gradient is also written there rounded to bf16 (round to nearest even, as
-// f32_to_bf16), each row while it is in cache: the bf16 head matmuls' input without another pass.
+// is given, the gradient goes there instead, rounded to bf16 (round to nearest even: the bits of
+// f32_to_bf16 of the fp32 gradient) and the logits are left unspecified: the bf16 head matmuls'
+// input without another pass. With a cap in (0, 40] the logits are then only read (no write-back
+// of the fp32 logits to memory), as they are without want_grad.
 // Returns sum of loss over non-ignored rows (double, fixed-order).
 double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16 = nullptr);
