@@ -176,16 +176,15 @@ void rowterm(const float* dob, const float* ob, int T, int hd, float* D) {
 }
 
 // One query tile's online-softmax update for the score tile s (rows < nq, unscaled Q K^T of keys
-// [k0, k0 + KT)): s becomes P, m, l and the accumulator rows (width hdp) are rescaled.
+// [k0, k0 + KT); the scale is applied inside the exponent): s becomes P, m, l and the accumulator
+// rows (width hdp) are rescaled.
 void softmax_tile(float* s, int nq, int q0, int k0, int nk, int off, int window, float scale,
                   float* m, float* l, float* acc, int hdp) {
   for (int r = 0; r < nq; ++r) {
     float* sr = s + r * KT;
     const int lim = std::min(nk, off + q0 + r - k0 + 1);  // keys [k0 + lo, k0 + lim) are visible
     const int lo = window > 0 ? std::max(0, off + q0 + r - window + 1 - k0) : 0;
-#pragma omp simd
-    for (int c = 0; c < KT; ++c) sr[c] *= scale;
-    const float mx = std::max(m[r], visible_max(sr, lo, lim));
+    const float mx = std::max(m[r], visible_max(sr, lo, lim) * scale);  // scale > 0: max commutes
     if (mx == -INFINITY) {  // nothing visible yet (a window that starts past this tile)
       std::fill(sr, sr + KT, 0.0f);
       continue;
@@ -194,7 +193,7 @@ void softmax_tile(float* s, int nq, int q0, int k0, int nk, int off, int window,
     float sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int c = 0; c < KT; ++c) {
-      const float p = keep_if(vexp(sr[c] - mx), c >= lo && c < lim);
+      const float p = keep_if(vexp(sr[c] * scale - mx), c >= lo && c < lim);
       sr[c] = p;
       sum += p;
     }
