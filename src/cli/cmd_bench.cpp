@@ -239,9 +239,10 @@ std::vector<MatPrec> attention_bench_precisions(const std::string& p) {
   fail("bench attention: --precision must be fp32, bf16 or both, not '{}'", p);
 }
 
-// Times attention forward and backward at one matmul precision on a fresh backend, so that its
-// description names the kernel that ran (on the CPU: fp32 or bf16 products).
-void bench_attention_at(const AttnArgs& a, MatPrec prec, int threads) {
+// Times attention forward and backward at one matmul precision; the backend's description then
+// names the kernel that ran (on the CPU: fp32 or bf16 products). Returns the lines to print, so
+// that nothing is printed before the first kernel call (which may fail, e.g. on CLOCKLM_CPU_ISA).
+std::string bench_attention_at(const AttnArgs& a, MatPrec prec, int threads) {
   const int Hkv = a.kv_heads > 0 ? a.kv_heads : a.heads;
   const int B = a.batch, H = a.heads, T = a.seq, hd = a.head_dim;
   const size_t nq = (size_t)B * H * T * hd, nkv = (size_t)B * Hkv * T * hd;
@@ -293,12 +294,11 @@ void bench_attention_at(const AttnArgs& a, MatPrec prec, int threads) {
                         {"forward_ms_best", fb * 1e3}, {"forward_ms_mean", fm * 1e3}, {"forward_gflops", fwd_flops / fb / 1e9},
                         {"backward_ms_best", bb * 1e3}, {"backward_ms_mean", bm * 1e3}, {"backward_gflops", bwd_flops / bb / 1e9},
                         {"device", be->description()}, {"version", CLOCKLM_VERSION}};
-    std::printf("%s\n", j.dump().c_str());
-    return;
+    return j.dump() + "\n";
   }
-  std::printf("  precision %s, device: %s\n", prec_name(prec), be->description().c_str());
-  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9);
-  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
+  return fmt::format("  precision {}, device: {}\n", prec_name(prec), be->description()) +
+         fmt::format("  {:<9} {:10.2f} {:10.2f} {:10.1f}\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9) +
+         fmt::format("  {:<9} {:10.2f} {:10.2f} {:10.1f}\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
 }
 
 void run_bench_attention(const AttnArgs& a) {
@@ -307,12 +307,14 @@ void run_bench_attention(const AttnArgs& a) {
     fail("bench attention: batch, heads, seq, head-dim and reps must be positive and heads a multiple of kv-heads");
   const std::vector<MatPrec> precs = attention_bench_precisions(a.precision);
   const int threads = a.threads > 0 ? a.threads : default_threads();
+  std::string out;
+  for (MatPrec prec : precs) out += bench_attention_at(a, prec, threads);
   if (!a.json) {
     std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, best of %d)\n", a.batch,
                 a.heads, Hkv, a.seq, a.head_dim, threads, a.reps);
     std::printf("  %-9s %10s %10s %10s\n", "pass", "best ms", "mean ms", "GFLOP/s");
   }
-  for (MatPrec prec : precs) bench_attention_at(a, prec, threads);
+  std::fputs(out.c_str(), stdout);
 }
 
 struct NsArgs {
