@@ -3,7 +3,8 @@
 // results come back with to_host. Forward results are compared with float64 references, backward
 // results with central finite differences of those references, on odd shapes (not multiples of any
 // tile). The CPU backend is the reference implementation; another backend must pass the same tests.
-// The attention ops run once more per GPU: once per CUDA attention implementation (fp32, gemm).
+// The attention ops run once more per GPU: once per CUDA attention implementation (fp32, gemm),
+// and on the CPU once more with bf16 precision where its bf16 attention exists (AVX512_BF16).
 //
 // Outputs an op overwrites (=) start as NaN, so an element it forgets to write, or adds into,
 // shows; outputs it adds into (+=) start at known values that the references include.
@@ -20,6 +21,7 @@
 
 #include "test_num_util.h"
 #include "backend/backend.h"
+#include "backend/cpu/attention_select.h"
 #include "backend/cuda/device.h"
 #include "core/common.h"
 
@@ -790,8 +792,9 @@ static VecD abs_values(VecD x) {
   return x;
 }
 
-// The attention ops' tolerances on one backend: fp32 throughout (CPU, CUDA fp32), or the CUDA gemm
-// implementation's bf16 inputs and probabilities. The latter is compared with the float64
+// The attention ops' tolerances on one backend: fp32 throughout (CPU, CUDA fp32), or bf16 inputs
+// and probabilities (the CUDA gemm implementation, the CPU's bf16 attention: both round q, k, v, P
+// and in the backward dO and dS to bf16, and sum in fp32). The latter is compared with the float64
 // reference on the bf16-rounded q, k, v: rounding each probability to bf16 moves it by at most
 // 2^-8 of itself, so o moves by at most 2^-8 sum_j P_j |v_j|, allowed twice (2^-7 times the
 // reference attention of |v|); its gradients (bf16 P, dS, dO, q, k, v in the products) within
@@ -826,7 +829,8 @@ struct AttnTolerance {
 // 2e-5. Backward: dq, dk, dv against FD of the float64 attention at `samples` coordinates each,
 // tolerance 2e-5 (the fp32 gradients sum up to T terms, ~1e-6; the float64 differences are exact
 // to ~1e-9). The gemm implementation: AttnTolerance.
-static void attention_case(Backend& b, AttnCase c, int samples, AttnTolerance tol = {}) {
+static void attention_case(Backend& b, AttnCase c, int samples, AttnTolerance tol = {},
+                           MatPrec prec = MatPrec::F32) {
   SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
                                   << " hd" << c.hd << " window " << c.window);
   size_t nq = size_t(c.B) * c.H * c.T * c.hd, nkv = size_t(c.B) * c.Hkv * c.T * c.hd;
@@ -834,14 +838,15 @@ static void attention_case(Backend& b, AttnCase c, int samples, AttnTolerance to
   Dev<float> qd(b, q), kd(b, k), vd(b, v), Rd(b, R);
   Dev<float> o = nan_out(b, nq), lse = nan_out(b, size_t(c.B) * c.H * c.T);
   const HeadShape hs{.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd};
-  b.attention_fwd({.shape = hs, .Tq = c.T, .Tk = c.T, .Tk_cap = c.T, .window = c.window, .q = qd.p(),
-                   .k = kd.p(), .v = vd.p(), .o = o.p(), .lse = lse.p()});
+  b.attention_fwd({.shape = hs, .Tq = c.T, .Tk = c.T, .Tk_cap = c.T, .window = c.window, .prec = prec,
+                   .q = qd.p(), .k = kd.p(), .v = vd.p(), .o = o.p(), .lse = lse.p()});
   const VecF lse_got = lse.get();
   tol.check_forward(o.get(), &lse_got, q, to_d(k), to_d(v), c.B, c.H, c.Hkv, c.T, c.T, c.hd,
                     c.window);
   Dev<float> dq = nan_out(b, nq), dk = nan_out(b, nkv), dv = nan_out(b, nkv);
-  b.attention_bwd({.shape = hs, .T = c.T, .window = c.window, .q = qd.p(), .k = kd.p(), .v = vd.p(),
-                   .o = o.p(), .lse = lse.p(), .dout = Rd.p(), .dq = dq.p(), .dk = dk.p(), .dv = dv.p()});
+  b.attention_bwd({.shape = hs, .T = c.T, .window = c.window, .prec = prec, .q = qd.p(), .k = kd.p(),
+                   .v = vd.p(), .o = o.p(), .lse = lse.p(), .dout = Rd.p(), .dq = dq.p(), .dk = dk.p(),
+                   .dv = dv.p()});
   VecD qv = to_d(q), kv = to_d(k), vv = to_d(v);
   auto L = [&](const VecD& qq, const VecD& kk, const VecD& vx) {
     return dot(attn_ref(qq, kk, vx, c.B, c.H, c.Hkv, c.T, c.T, c.hd, c.window), R);
@@ -854,12 +859,16 @@ static void attention_case(Backend& b, AttnCase c, int samples, AttnTolerance to
 namespace {
 
 // The attention ops run once per backend and, on a GPU, once per attention implementation:
-// "cpu", "cuda:N/fp32", "cuda:N/gemm" (backend/cuda/attention_select.h).
+// "cpu", "cuda:N/fp32", "cuda:N/gemm" (backend/cuda/attention_select.h); on a CPU whose kernel
+// variant has the bf16 attention (and CLOCKLM_CPU_ATTENTION does not force fp32) also "cpu/bf16":
+// the ops called with bf16 precision (backend/cpu/attention_select.h).
 std::vector<std::string> attention_variants() {
   std::vector<std::string> out;
   for (const std::string& b : available_backends()) {
     if (!b.starts_with("cuda:")) {
       out.push_back(b);
+      if (b == "cpu" && cpu_attention_uses_bf16(cpu_attention_mode_from_env(), MatPrec::BF16))
+        out.push_back("cpu/bf16");
       continue;
     }
     out.push_back(b + "/fp32");
@@ -877,16 +886,32 @@ class BackendAttention : public testing::TestWithParam<std::string> {
       be_ = make_backend(p);
       return;
     }
+    if (p == "cpu/bf16") {
+      be_ = make_backend("cpu");
+      tol_.gemm = tol_.gemm_bwd = true;
+      prec_ = MatPrec::BF16;
+      return;
+    }
     be_ = make_cuda_backend(std::stoi(p.substr(5, slash - 5)), p.substr(slash + 1));
     tol_.gemm = tol_.gemm_bwd = p.substr(slash + 1) == "gemm";
   }
   Backend& be() { return *be_; }
-  void check(AttnCase c, int samples) { attention_case(*be_, c, samples, tol_); }
+  void check(AttnCase c, int samples) { attention_case(*be_, c, samples, tol_, prec_); }
   AttnTolerance tol() const { return tol_; }
+  MatPrec prec() const { return prec_; }
+  // The CPU backend's description names the kernel of the latest call: bf16 for "cpu/bf16",
+  // fp32 for "cpu".
+  void TearDown() override {
+    if (be_->name() != "cpu") return;
+    const bool bf16 = prec_ == MatPrec::BF16;
+    EXPECT_NE(be_->description().find(bf16 ? "attention bf16)" : "attention fp32)"), std::string::npos)
+        << be_->description();
+  }
 
  private:
   std::shared_ptr<Backend> be_;
   AttnTolerance tol_;
+  MatPrec prec_ = MatPrec::F32;
 };
 
 }  // namespace
@@ -964,7 +989,7 @@ TEST_P(BackendAttention, KVCache) {
     Dev<float> qd(be(), q), kcd(be(), kc), vcd(be(), vc);
     Dev<float> o = nan_out(be(), q.size()), lse = nan_out(be(), size_t(c.B) * c.H * c.Tq);
     be().attention_fwd({.shape = {.B = c.B, .H = c.H, .Hkv = c.Hkv, .hd = c.hd}, .Tq = c.Tq, .Tk = c.Tk,
-                        .Tk_cap = c.cap, .window = c.window, .q = qd.p(), .k = kcd.p(), .v = vcd.p(),
+                        .Tk_cap = c.cap, .window = c.window, .prec = prec(), .q = qd.p(), .k = kcd.p(), .v = vcd.p(),
                         .o = o.p(), .lse = c.with_lse ? lse.p() : nullptr});
     const VecF lse_got = lse.get();
     tol().check_forward(o.get(), c.with_lse ? &lse_got : nullptr, q, kd, vd, c.B, c.H, c.Hkv, c.Tq,

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "test_num_util.h"
+#include "backend/backend.h"
+#include "backend/cpu/attention_select.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -329,6 +331,65 @@ TEST(CpuIsa, AttentionBackwardAgainstFloat64) {
 }
 
 // -------------------------------------------------------------------------------------------------
+namespace {
+
+// One attention forward and backward through the CPU backend at matmul precision `prec` on
+// `threads` threads: o, lse, dq, dk, dv concatenated.
+VecF backend_attention(Backend& be, MatPrec prec, int threads) {
+  const int B = 2, H = 4, Hkv = 2, T = 150, hd = 32, window = 0;
+  const VecF q = randn(size_t(B) * H * T * hd, 31, 1.5f), k = randn(size_t(B) * Hkv * T * hd, 32, 1.5f);
+  const VecF v = randn(k.size(), 33), dout = randn(q.size(), 34);
+  VecF o(q.size()), lse(size_t(B) * H * T), dq(q.size()), dk(k.size()), dv(k.size());
+  be.set_threads(threads);
+  const HeadShape hs{.B = B, .H = H, .Hkv = Hkv, .hd = hd};
+  be.attention_fwd({.shape = hs, .Tq = T, .Tk = T, .Tk_cap = T, .window = window, .prec = prec,
+                    .q = q.data(), .k = k.data(), .v = v.data(), .o = o.data(), .lse = lse.data()});
+  be.attention_bwd({.shape = hs, .T = T, .window = window, .prec = prec, .q = q.data(), .k = k.data(),
+                    .v = v.data(), .o = o.data(), .lse = lse.data(), .dout = dout.data(), .dq = dq.data(),
+                    .dk = dk.data(), .dv = dv.data()});
+  VecF out = o;
+  for (const VecF* x : {&lse, &dq, &dk, &dv}) out.insert(out.end(), x->begin(), x->end());
+  return out;
+}
+
+bool same_bits(const VecF& a, const VecF& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+// bf16 precision takes the bf16 attention exactly where the variant has it (avx512 on a CPU with
+// AVX512_BF16); elsewhere it runs the fp32 kernel, bit for bit. The bf16 kernel gives the same bits
+// on 1, 2 and 3 threads (resume and rank counts rely on it), and differs from the fp32 one (so it
+// did run). The accuracy of both is checked in test_backend_ops.cpp (BackendAttention).
+TEST(CpuIsa, Bf16AttentionOnlyWhereSupportedAndDeterministic) {
+  ASSERT_EQ(parse_cpu_attention_mode("fp32", "x"), CpuAttnMode::Fp32);
+  EXPECT_THROW(parse_cpu_attention_mode("bf8", "x"), Error);
+  if (cpu_attention_mode_from_env() == CpuAttnMode::Fp32) GTEST_SKIP() << "CLOCKLM_CPU_ATTENTION=fp32";
+  std::shared_ptr<Backend> be = make_backend("cpu");
+  const int threads = default_threads();
+  for_each_isa([&](const std::string& isa) {
+    const bool has = isa == "avx512" && cpu_features().avx512bf16;
+    EXPECT_EQ(attention_bf16_available(), has);
+    EXPECT_EQ(cpu_attention_uses_bf16(CpuAttnMode::Auto, MatPrec::BF16), has);
+    EXPECT_FALSE(cpu_attention_uses_bf16(CpuAttnMode::Auto, MatPrec::F32));
+    EXPECT_FALSE(cpu_attention_uses_bf16(CpuAttnMode::Fp32, MatPrec::BF16));
+    const VecF fp32 = backend_attention(*be, MatPrec::F32, 2);
+    const VecF bf16 = backend_attention(*be, MatPrec::BF16, 2);
+    if (!has) {
+      EXPECT_TRUE(same_bits(bf16, fp32));
+      EXPECT_THROW(attention_fwd_bf16(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 1, 1, 1, 8, 0),
+                   Error);
+      return;
+    }
+    EXPECT_FALSE(same_bits(bf16, fp32));
+    EXPECT_TRUE(same_bits(backend_attention(*be, MatPrec::BF16, 1), bf16));
+    EXPECT_TRUE(same_bits(backend_attention(*be, MatPrec::BF16, 3), bf16));
+    EXPECT_TRUE(same_bits(backend_attention(*be, MatPrec::BF16, 2), bf16));  // run to run
+  });
+  be->set_threads(threads);
+}
+
 TEST(CpuIsa, RmsNormAgainstFloat64AndGeneric) {
   const int64_t rows = 37, C = 301;  // C not a multiple of any vector width
   const float eps = 1e-5f;

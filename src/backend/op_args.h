@@ -119,6 +119,9 @@ struct AttentionFwdArgs {
   HeadShape shape;
   int Tq = 0, Tk = 0, Tk_cap = 0;
   int window = 0;
+  // The model's matmul precision: BF16 lets a backend form the products from bf16 operands with
+  // fp32 accumulation (the CPU's bf16 attention); F32 asks for fp32 products.
+  MatPrec prec = MatPrec::F32;
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
@@ -131,6 +134,7 @@ struct AttentionBwdArgs {
   HeadShape shape;
   int T = 0;
   int window = 0;
+  MatPrec prec = MatPrec::F32;  // as AttentionFwdArgs::prec
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;

@@ -3,8 +3,9 @@
 // ceiling. Per-phase times (forward, backward, optimizer) show where a step goes.
 // `clocklm bench gemm`: one matmul shape alone (a device's matmul peak).
 // `clocklm bench attention`: times the causal attention kernel alone (forward, backward) at a given
-// shape and reports GFLOP/s and the device description (on a GPU: which attention implementation
-// ran, CLOCKLM_CUDA_ATTENTION), for work on that kernel.
+// shape and precision (--precision both: fp32 and bf16 in one run) and reports GFLOP/s and the
+// device description (which attention implementation ran: CLOCKLM_CPU_ATTENTION,
+// CLOCKLM_CUDA_ATTENTION), for work on that kernel.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -225,16 +226,24 @@ void run_bench_gemm(const GemmArgs& a) {
 }
 
 struct AttnArgs {
-  std::string device = "auto";
+  std::string device = "auto", precision = "fp32";
   int batch = 8, heads = 4, kv_heads = 0, seq = 1024, head_dim = 64, reps = 5, threads = 0, window = 0;
   bool json = false;
 };
 
-void run_bench_attention(const AttnArgs& a) {
+// The precisions `bench attention --precision` names, in the order they run.
+std::vector<MatPrec> attention_bench_precisions(const std::string& p) {
+  if (p == "fp32") return {MatPrec::F32};
+  if (p == "bf16") return {MatPrec::BF16};
+  if (p == "both") return {MatPrec::F32, MatPrec::BF16};
+  fail("bench attention: --precision must be fp32, bf16 or both, not '{}'", p);
+}
+
+// Times attention forward and backward at one matmul precision; the backend's description then
+// names the kernel that ran (on the CPU: fp32 or bf16 products). Returns the lines to print, so
+// that nothing is printed before the first kernel call (which may fail, e.g. on CLOCKLM_CPU_ISA).
+std::string bench_attention_at(const AttnArgs& a, MatPrec prec, int threads) {
   const int Hkv = a.kv_heads > 0 ? a.kv_heads : a.heads;
-  if (a.batch <= 0 || a.heads <= 0 || a.seq <= 0 || a.head_dim <= 0 || a.reps <= 0 || a.heads % Hkv != 0)
-    fail("bench attention: batch, heads, seq, head-dim and reps must be positive and heads a multiple of kv-heads");
-  int threads = a.threads > 0 ? a.threads : default_threads();
   const int B = a.batch, H = a.heads, T = a.seq, hd = a.head_dim;
   const size_t nq = (size_t)B * H * T * hd, nkv = (size_t)B * Hkv * T * hd;
   std::shared_ptr<Backend> be = make_backend(a.device);
@@ -269,30 +278,43 @@ void run_bench_attention(const AttnArgs& a) {
   };
   auto [fb, fm] = time_best([&] {
     be->attention_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = T, .Tk = T, .Tk_cap = T,
-                       .window = a.window, .q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(),
-                       .o = o.as<float>(), .lse = lse.as<float>()});
+                       .window = a.window, .prec = prec, .q = q.as<float>(), .k = k.as<float>(),
+                       .v = v.as<float>(), .o = o.as<float>(), .lse = lse.as<float>()});
   });
   auto [bb, bm] = time_best([&] {
     be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = a.window,
-                       .q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(), .o = o.as<float>(),
-                       .lse = lse.as<float>(), .dout = dout.as<float>(), .dq = dq.as<float>(),
-                       .dk = dk.as<float>(), .dv = dv.as<float>()});
+                       .prec = prec, .q = q.as<float>(), .k = k.as<float>(), .v = v.as<float>(),
+                       .o = o.as<float>(), .lse = lse.as<float>(), .dout = dout.as<float>(),
+                       .dq = dq.as<float>(), .dk = dk.as<float>(), .dv = dv.as<float>()});
   });
   if (a.json) {
     nlohmann::json j = {{"bench", "attention"}, {"batch", B}, {"heads", H}, {"kv_heads", Hkv}, {"seq", T},
                         {"head_dim", hd}, {"window", a.window}, {"threads", threads}, {"reps", a.reps},
+                        {"precision", prec_name(prec)},
                         {"forward_ms_best", fb * 1e3}, {"forward_ms_mean", fm * 1e3}, {"forward_gflops", fwd_flops / fb / 1e9},
                         {"backward_ms_best", bb * 1e3}, {"backward_ms_mean", bm * 1e3}, {"backward_gflops", bwd_flops / bb / 1e9},
                         {"device", be->description()}, {"version", CLOCKLM_VERSION}};
-    std::printf("%s\n", j.dump().c_str());
-    return;
+    return j.dump() + "\n";
   }
-  std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, best of %d)\n", B, H, Hkv, T, hd,
-              threads, a.reps);
-  std::printf("  device: %s\n", be->description().c_str());
-  std::printf("  %-9s %10s %10s %10s\n", "pass", "best ms", "mean ms", "GFLOP/s");
-  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9);
-  std::printf("  %-9s %10.2f %10.2f %10.1f\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
+  return fmt::format("  precision {}, device: {}\n", prec_name(prec), be->description()) +
+         fmt::format("  {:<9} {:10.2f} {:10.2f} {:10.1f}\n", "forward", fb * 1e3, fm * 1e3, fwd_flops / fb / 1e9) +
+         fmt::format("  {:<9} {:10.2f} {:10.2f} {:10.1f}\n", "backward", bb * 1e3, bm * 1e3, bwd_flops / bb / 1e9);
+}
+
+void run_bench_attention(const AttnArgs& a) {
+  const int Hkv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  if (a.batch <= 0 || a.heads <= 0 || a.seq <= 0 || a.head_dim <= 0 || a.reps <= 0 || a.heads % Hkv != 0)
+    fail("bench attention: batch, heads, seq, head-dim and reps must be positive and heads a multiple of kv-heads");
+  const std::vector<MatPrec> precs = attention_bench_precisions(a.precision);
+  const int threads = a.threads > 0 ? a.threads : default_threads();
+  std::string out;
+  for (MatPrec prec : precs) out += bench_attention_at(a, prec, threads);
+  if (!a.json) {
+    std::printf("bench attention  B=%d H=%d Hkv=%d T=%d hd=%d  threads=%d  (causal, best of %d)\n", a.batch,
+                a.heads, Hkv, a.seq, a.head_dim, threads, a.reps);
+    std::printf("  %-9s %10s %10s %10s\n", "pass", "best ms", "mean ms", "GFLOP/s");
+  }
+  std::fputs(out.c_str(), stdout);
 }
 
 struct NsArgs {
@@ -466,7 +488,10 @@ void register_bench_commands(CLI::App& app) {
   at->add_option("--window", aa->window, "sliding window in keys (0 = full causal)")->capture_default_str();
   at->add_option("--reps", aa->reps, "timed repetitions (best and mean reported)")->capture_default_str();
   at->add_option("--threads", aa->threads, "worker threads (0 = default)");
-  at->add_flag("--json", aa->json, "print one JSON object");
+  at->add_option("--precision", aa->precision,
+                 "matmul precision handed to the op: fp32 | bf16 | both (bf16: on the CPU, bf16 products "
+                 "where AVX512_BF16 exists and CLOCKLM_CPU_ATTENTION is auto)")->capture_default_str();
+  at->add_flag("--json", aa->json, "print one JSON object per precision");
   at->add_option("--device", aa->device, "backend: cpu | cuda[:N] | auto")->capture_default_str();
   at->callback([aa] { run_bench_attention(*aa); });
   auto na = std::make_shared<NsArgs>();

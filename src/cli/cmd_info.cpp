@@ -1,9 +1,10 @@
 // `clocklm info`: version, CPU threads, transports between ranks, CUDA devices (or why there are
-// none) and the CUDA attention implementation setting.
+// none) and the CPU and CUDA attention implementation settings.
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "core/common.h"
+#include "backend/cpu/attention_select.h"
 #include "backend/cuda/attention_select.h"
 #include "backend/cuda/device.h"
 #include "dist/comm.h"
@@ -15,6 +16,8 @@ void register_info_commands(CLI::App& app) {
   cmd->callback([] {
     std::printf("clocklm %s\n", CLOCKLM_VERSION);
     std::printf("cpu threads: %d\n", default_threads());
+    std::printf("cpu attention: %s (CLOCKLM_CPU_ATTENTION: auto | fp32)\n",
+                cpu_attention_rule(cpu_attention_mode_from_env()).c_str());
     std::string transports;
     for (const std::string& t : available_transports()) transports += (transports.empty() ? "" : ", ") + t;
     std::printf("transports between ranks: %s\n", transports.c_str());

@@ -88,7 +88,7 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
         be->copy(vc + to, a.v + from, sizeof(float) * sg.n * hd);
       }
       be->attention_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = sg.n, .Tk = sg.pos0 + sg.n,
-                         .Tk_cap = sg.ldT, .window = cfg.attn_window, .q = a.q + sg.off * qw,
+                         .Tk_cap = sg.ldT, .window = cfg.attn_window, .prec = prec, .q = a.q + sg.off * qw,
                          .k = kc + sg.cache, .v = vc + sg.cache, .o = a.o + sg.off * qw, .lse = nullptr});
       be->merge_heads({.B = 1, .T = sg.n, .nh = H, .hd = hd, .ld = qw, .y = a.o + sg.off * qw,
                        .x = reinterpret_cast<char*>(a.att_mm) + sg.off * qw * mmb, .out_t = mmt()});

@@ -74,7 +74,8 @@ void GPTImpl::block_fwd(int l) {
   {
     ProfRegion pr(prof, "attention", "fwd");
     be->attention_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .Tq = T, .Tk = T, .Tk_cap = T,
-                       .window = cfg.attn_window, .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse});
+                       .window = cfg.attn_window, .prec = prec, .q = a.q, .k = a.k, .v = a.v, .o = a.o,
+                       .lse = a.lse});
   }
   {
     ProfRegion pr(prof, "merge_heads", "fwd");
@@ -121,7 +122,7 @@ void GPTImpl::block_bwd(int l) {
     // dO in [B,H,T,hd]
     be->split_heads({.B = B, .T = T, .nh = H, .hd = hd, .ld = qw, .x = dtmp, .y = dtmp2});
     be->attention_bwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T, .window = cfg.attn_window,
-                       .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = dtmp2, .dq = dq, .dk = dk,
+                       .prec = prec, .q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = dtmp2, .dq = dq, .dk = dk,
                        .dv = dv});
   }
   if (lo.ve >= 0) {  // v = W_v x + ve[tok]: the table's rows get dv, back in token-row layout

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention_select.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/newton_schulz.h"
@@ -125,7 +127,8 @@ class CpuBackend final : public Backend {
   std::string description() const override {
     const Bf16Choice& c = bf16_choice();
     const std::string why = c.ratio > 0 ? fmt::format(", bf16 measured at {:.2f}x fp32's speed", c.ratio) : "";
-    return fmt::format("cpu ({} threads, matmuls in {}{})", default_threads(), c.faster ? "bf16" : "fp32", why);
+    return fmt::format("cpu ({} threads, matmuls in {}{}, attention {})", default_threads(),
+                       c.faster ? "bf16" : "fp32", why, attention_description());
   }
   bool host_visible() const override { return true; }
   bool native_bf16() const override { return bf16_choice().faster; }
@@ -196,12 +199,13 @@ class CpuBackend final : public Backend {
   }
   void attention_fwd(const AttentionFwdArgs& a) override {
     const HeadShape& s = a.shape;
-    clm::attention_fwd(a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap, s.hd, a.window);
+    auto* fn = use_bf16_attention(a.prec) ? &clm::attention_fwd_bf16 : &clm::attention_fwd;
+    fn(a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap, s.hd, a.window);
   }
   void attention_bwd(const AttentionBwdArgs& a) override {
     const HeadShape& s = a.shape;
-    clm::attention_bwd(a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv, a.T, s.hd,
-                       a.window);
+    auto* fn = use_bf16_attention(a.prec) ? &clm::attention_bwd_bf16 : &clm::attention_bwd;
+    fn(a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H, s.Hkv, a.T, s.hd, a.window);
   }
   void merge_heads(const MergeHeadsArgs& a) override {
     if (a.out_t == DType::BF16) clm::merge_heads(a.y, static_cast<bf16*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
@@ -249,6 +253,22 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Picks the kernel for one call (attention_select.h) and remembers it for the description.
+  bool use_bf16_attention(MatPrec prec) {
+    const bool bf16 = cpu_attention_uses_bf16(attn_mode_, prec);
+    last_attention_.store(bf16 ? 2 : 1, std::memory_order_relaxed);
+    return bf16;
+  }
+  // The kernel of the latest attention call ("bf16" or "fp32"; the backend is shared by the whole
+  // process, and a model calls it at one precision), or the rule before any call.
+  std::string attention_description() const {
+    const int last = last_attention_.load(std::memory_order_relaxed);
+    return last == 0 ? cpu_attention_rule(attn_mode_) : last == 2 ? "bf16" : "fp32";
+  }
+
+  const CpuAttnMode attn_mode_ = cpu_attention_mode_from_env();
+  std::atomic<int> last_attention_{0};  // 0: none yet, 1: fp32, 2: bf16
+
   template <typename OutT>
   static void qkv_bwd(const QkvHeadsBwdArgs& a, OutT* dqkv) {
     const HeadShape& s = a.shape;

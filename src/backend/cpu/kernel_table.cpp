@@ -13,6 +13,11 @@ template <typename OutT>
 void qkv_heads_bwd CLM_QKV_HEADS_BWD_PARAMS(OutT);
 #if CLM_ISA == CLM_ISA_AVX512
 void f32_to_bf16_avx512bf16(const float* x, bf16* y, int64_t n);
+void attention_fwd_bf16(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                        int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window);
+void attention_bwd_bf16(const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                        int H, int Hkv, int T, int hd, int window);
 #endif
 
 CpuKernels kernel_table(const CpuFeatures& f) {
@@ -30,7 +35,11 @@ CpuKernels kernel_table(const CpuFeatures& f) {
   k.qkv_heads_bwd_f32 = &qkv_heads_bwd<float>;
   k.qkv_heads_bwd_bf16 = &qkv_heads_bwd<bf16>;
 #if CLM_ISA == CLM_ISA_AVX512
-  if (f.avx512bf16) k.f32_to_bf16 = &f32_to_bf16_avx512bf16;
+  if (f.avx512bf16) {
+    k.f32_to_bf16 = &f32_to_bf16_avx512bf16;
+    k.attention_fwd_bf16 = &attention_fwd_bf16;
+    k.attention_bwd_bf16 = &attention_bwd_bf16;
+  }
 #endif
   return k;
 }

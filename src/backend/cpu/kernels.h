@@ -97,6 +97,10 @@ struct CpuKernels {
 #undef CLM_KERNEL_FIELD
   void(*qkv_heads_bwd_f32) CLM_QKV_HEADS_BWD_PARAMS(float);
   void(*qkv_heads_bwd_bf16) CLM_QKV_HEADS_BWD_PARAMS(bf16);
+  // Attention with bf16 products (attention_bf16.cpp, ops.h): null unless the variant is avx512
+  // and the CPU has AVX512_BF16.
+  decltype(attention_fwd) attention_fwd_bf16;
+  decltype(attention_bwd) attention_bwd_bf16;
 };
 
 // The table of the selected variant; selects one on first use (cpu_features.cpp).

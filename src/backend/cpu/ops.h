@@ -59,6 +59,15 @@ void attention_fwd(const float* q, const float* k, const float* v, float* o, flo
 void attention_bwd(const float* q, const float* k, const float* v, const float* o,
                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
                    int H, int Hkv, int T, int hd, int window);
+// The same two ops with bf16 products and fp32 accumulation (attention_bf16.cpp): q, k, v, P (and
+// dO, dS) rounded to bf16, softmax statistics and sums in fp32; deterministic as above. Available
+// only with the avx512 kernel variant on a CPU with AVX512_BF16; calling them otherwise throws.
+bool attention_bf16_available();
+void attention_fwd_bf16(const float* q, const float* k, const float* v, float* o, float* lse, int B,
+                        int H, int Hkv, int Tq, int Tk, int Tk_cap, int hd, int window);
+void attention_bwd_bf16(const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                        int H, int Hkv, int T, int hd, int window);
 
 // --- head layout changes around attention ---------------------------------------------------------
 // x: [B*T rows, row stride ld], nh*hd columns starting at x  <->  y: [B, nh, T, hd] (split_heads:
