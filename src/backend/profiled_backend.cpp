@@ -111,8 +111,11 @@ Cost sum_squares_many(const float* const*, const int64_t* ns, int count, double*
   for (int i = 0; i < count; ++i) n += double(ns[i]);
   return per_elem(n, 2, 4);
 }
-// One thread adding the per-parameter sums: count additions, count doubles read, one GradClip.
-Cost grad_clip(const GradClipArgs& a) { return {double(a.count), 8.0 * double(a.count + a.n_checks) + 16}; }
+// One thread adding the per-parameter sums: count additions, the doubles read, one GradClip written.
+Cost grad_clip(const GradClipArgs& a) {
+  const double n = double(a.count) + double(a.n_checks);
+  return {double(a.count), n > 0 ? 8.0 * n + double(sizeof(GradClip)) : 0.0};
+}
 Cost adamw_update(const AdamWArgs& a) { return per_elem(double(a.n), 12, 28); }
 Cost muon_momentum(const MuonMomentumArgs& a) { return per_elem(double(a.n), 4, 16); }
 Cost muon_apply(const MuonApplyArgs& a) { return per_elem(double(a.n), 3, 12); }

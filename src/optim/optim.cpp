@@ -408,7 +408,6 @@ void Optimizer::step_not_applied() {
 // call for all of them. Sharded: the other ranks' slots are zeros before the all-reduce, which
 // then combines them exactly (every other rank adds +0.0), so the norm is the unsharded one.
 void OptimizerImpl::grad_sums() {
-  ProfRegion pr(prof, "optim.grad_norm", "optim");
   std::vector<const float*> xs;
   std::vector<int64_t> ns;
   for (size_t i = first_owned; i < first_owned + n_owned; ++i) {
@@ -444,9 +443,12 @@ void Optimizer::enqueue_step(float lr_scale, float wd_scale, float muon_momentum
   OptimizerImpl& s = *impl;
   s.gathered_fresh = false;
   std::vector<float>().swap(s.gathered);
-  s.grad_sums();
-  s.be->grad_clip({.count = int(s.states.size()), .part = s.part_d(), .max_norm = s.cfg.grad_clip,
-                   .checks = checks, .n_checks = n_checks, .out = clip});
+  {
+    ProfRegion pr(s.prof, "optim.grad_norm", "optim");
+    s.grad_sums();
+    s.be->grad_clip({.count = int(s.states.size()), .part = s.part_d(), .max_norm = s.cfg.grad_clip,
+                     .checks = checks, .n_checks = n_checks, .out = clip});
+  }
   s.write_group_steps(lr_scale, wd_scale, muon_momentum);
   for (int gi = 0; gi < 4; ++gi) {
     if (!s.has[gi]) continue;
