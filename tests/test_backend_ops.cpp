@@ -1180,12 +1180,20 @@ TEST_P(BackendOps, SoftcapXent) {
       };
       Dev<int32_t> tgd(b, tg);
       const float gs = 0.37f;
+      // The summed loss is added to a device double (an accumulator, starting here at 0.5).
+      auto xent_total = [&](const SoftcapXentArgs& a0) {
+        Dev<double> acc(b, VecD{0.5});
+        SoftcapXentArgs a = a0;
+        a.loss_sum = acc.p();
+        b.softcap_xent(a);
+        return acc.get()[0] - 0.5;
+      };
       {  // with the gradient
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
-                                       .loss = loss.p(), .argmax = am.p(), .want_grad = true, .grad_scale = gs});
+        double total = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
+                                   .loss = loss.p(), .argmax = am.p(), .want_grad = true, .grad_scale = gs});
         VecF l = loss.get();
         expect_close(l, lref, 1e-5, 2e-6, "loss");
         for (int64_t n = 0; n < N; ++n)
@@ -1212,9 +1220,9 @@ TEST_P(BackendOps, SoftcapXent) {
         Dev<float> zl2(b, z);
         Dev<float> loss2 = nan_out(b, N);
         Dev<bf16> gh(b, VecH(size_t(N * Vp), kBf16NaN));
-        double total2 = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl2.p(), .targets = tgd.p(),
-                                        .loss = loss2.p(), .argmax = nullptr, .want_grad = true, .grad_scale = gs,
-                                        .grad_bf16 = gh.p()});
+        double total2 = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl2.p(), .targets = tgd.p(),
+                                    .loss = loss2.p(), .argmax = nullptr, .want_grad = true, .grad_scale = gs,
+                                    .grad_bf16 = gh.p()});
         EXPECT_EQ(total2, total);
         expect_same(loss2.get(), l, "loss with grad_bf16");
         const VecH h = gh.get();
@@ -1224,22 +1232,26 @@ TEST_P(BackendOps, SoftcapXent) {
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
-                                       .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
+        double total = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = tgd.p(),
+                                   .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
         expect_close(loss.get(), lref, 1e-5, 2e-6, "loss (no grad)");
         EXPECT_NEAR(total, tref, 1e-5 * N + 2e-6 * std::abs(tref));
         check_argmax(am.get());
         Dev<float> zl2(b, z);  // loss and argmax may be null
-        double t2 = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl2.p(), .targets = tgd.p(),
-                                    .loss = nullptr, .argmax = nullptr, .want_grad = false, .grad_scale = 1.0f});
+        double t2 = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl2.p(), .targets = tgd.p(),
+                                .loss = nullptr, .argmax = nullptr, .want_grad = false, .grad_scale = 1.0f});
         EXPECT_NEAR(t2, tref, 1e-5 * N + 2e-6 * std::abs(tref));
+        Dev<float> zl3(b, z), loss3 = nan_out(b, N);  // no accumulator: the rows' losses alone
+        b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl3.p(), .targets = tgd.p(),
+                        .loss = loss3.p(), .want_grad = false, .grad_scale = 1.0f});
+        expect_close(loss3.get(), lref, 1e-5, 2e-6, "loss (no accumulator)");
       }
       {  // no targets at all: every row is ignored, argmax still reported
         Dev<float> zl(b, z);
         Dev<float> loss = nan_out(b, N);
         Dev<int32_t> am(b, VecI(N, -7));
-        double total = b.softcap_xent({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = nullptr,
-                                       .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
+        double total = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl.p(), .targets = nullptr,
+                                   .loss = loss.p(), .argmax = am.p(), .want_grad = false, .grad_scale = 1.0f});
         EXPECT_EQ(total, 0.0);
         for (float v : loss.get()) EXPECT_EQ(v, 0.0f);
         check_argmax(am.get());
@@ -1267,17 +1279,74 @@ TEST_P(BackendOps, SoftcapFwd) {
 // =================================================================================================
 // Optimizer kernels
 // =================================================================================================
-TEST_P(BackendOps, SumSquares) {
+TEST_P(BackendOps, SumSquaresMany) {
   // Accumulated in double: relative error ~n * 1e-16 in any order. (That the CPU gets the same bits
-  // for every thread count is a property of its kernel, tested in test_optim.)
-  for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000), int64_t(100003), int64_t(300001)}) {
+  // for every thread count is a property of its kernel, tested in test_optim.) All arrays in one
+  // call, the sums written to device doubles (NaN before), the slot after them untouched.
+  const std::vector<int64_t> sizes = {0, 1, 1000, 100003, 300001};
+  std::vector<Dev<float>> xs;
+  std::vector<const float*> ptrs;
+  VecD ref;
+  for (int64_t n : sizes) {
     VecF x = randn(n, 141 + n);
-    Dev<float> xd(be(), x);
-    double ref = 0;
-    for (float v : x) ref += double(v) * v;
-    EXPECT_NEAR(be().sum_squares(xd.p(), n), ref, 1e-11 * ref) << n;
+    double r = 0;
+    for (float v : x) r += double(v) * v;
+    ref.push_back(r);
+    xs.emplace_back(be(), x);
+    ptrs.push_back(xs.back().p());
   }
+  Dev<double> out(be(), VecD(sizes.size() + 1, std::nan("")));
+  be().sum_squares_many(ptrs.data(), sizes.data(), int(sizes.size()), out.p());
+  const VecD got = out.get();
+  for (size_t i = 0; i < sizes.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-11 * ref[i]) << sizes[i];
+  EXPECT_TRUE(std::isnan(got.back()));
 }
+
+TEST_P(BackendOps, GradClip) {
+  // From per-parameter sums: the sum in order, its square root rounded to float, the clip scale in
+  // float, the finite flag over the norm and the checked values. The norm's bits are the host
+  // formula's (float(sqrt(sum in order))), on every backend: double addition and sqrt are exact
+  // IEEE operations.
+  Backend& b = be();
+  const VecD part = {3.25, 1e-3, 0.0, 41.5, 7.0 / 3.0};
+  double ss = 0;
+  for (double v : part) ss += v;
+  const float norm = float(std::sqrt(ss));
+  Dev<double> pd(b, part), checks(b, VecD{1.5, -2.0}), bad(b, VecD{1.5, std::nan("")}),
+      inf_part(b, VecD{1.0, HUGE_VAL});
+  auto clip = [&](const Dev<double>& p, float max_norm, const Dev<double>* c) {
+    Dev<GradClip> out(b, std::vector<GradClip>{{.norm = -1, .gscale = -1, .finite = 7}});
+    b.grad_clip({.count = int(p.size()), .part = p.p(), .max_norm = max_norm, .checks = c ? c->p() : nullptr,
+                 .n_checks = c ? int(c->size()) : 0, .out = out.p()});
+    return out.get()[0];
+  };
+  GradClip g = clip(pd, 0.0f, nullptr);  // no clipping
+  EXPECT_TRUE(same_bits(g.norm, norm));
+  EXPECT_EQ(g.gscale, 1.0f);
+  EXPECT_EQ(g.finite, 1);
+  g = clip(pd, 100.0f, &checks);  // below the limit
+  EXPECT_EQ(g.gscale, 1.0f);
+  EXPECT_EQ(g.finite, 1);
+  g = clip(pd, 1.0f, &checks);  // clipped: limit / (norm + 1e-6) in float
+  EXPECT_TRUE(same_bits(g.gscale, 1.0f / (norm + 1e-6f)));
+  EXPECT_NEAR(double(g.gscale) * std::sqrt(ss), 1.0, 1e-6);
+  EXPECT_EQ(g.finite, 1);
+  g = clip(pd, 1.0f, &bad);  // a NaN loss: no update, the norm still reported
+  EXPECT_TRUE(same_bits(g.norm, norm));
+  EXPECT_EQ(g.finite, 0);
+  g = clip(inf_part, 1.0f, nullptr);  // an infinite gradient
+  EXPECT_TRUE(std::isinf(g.norm));
+  EXPECT_EQ(g.finite, 0);
+}
+
+// The step scalars of the optimizer ops in device memory: a GradClip and a GroupStep.
+struct StepDev {
+  Dev<GradClip> clip;
+  Dev<GroupStep> step;
+  StepDev(Backend& b, float gscale, GroupStep gs, bool finite = true)
+      : clip(b, std::vector<GradClip>{{.norm = 1, .gscale = gscale, .finite = finite ? 1 : 0}}),
+        step(b, std::vector<GroupStep>{gs}) {}
+};
 
 TEST_P(BackendOps, AdamWUpdate) {
   // Three steps against the textbook step in float64:
@@ -1299,9 +1368,9 @@ TEST_P(BackendOps, AdamWUpdate) {
       for (int64_t i = 0; i < n; i += 17) g[i] = 0.0f;          // no gradient: eps decides
       for (int64_t i = 5; i < n; i += 23) g[i] *= 1e-6f;        // tiny: sqrt(v) ~ eps
       Dev<float> gd(b, g);
-      b.adamw_update({.n = n, .p = pd.p(), .grad = gd.p(), .gscale = gscale, .m = md.p(), .v = vd.p(),
-                      .hyper = {.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .wd = wd, .t = t,
-                                .cautious = cautious}});
+      const StepDev sd(b, gscale, {.lr = lr, .wd = wd, .t = t});
+      b.adamw_update({.n = n, .p = pd.p(), .grad = gd.p(), .clip = sd.clip.p(), .step = sd.step.p(), .m = md.p(),
+                      .v = vd.p(), .hyper = {.beta1 = b1, .beta2 = b2, .eps = eps, .cautious = cautious}});
       const double bc1 = 1 - std::pow(double(b1), double(t)), bc2 = 1 - std::pow(double(b2), double(t));
       for (int64_t i = 0; i < n; ++i) {
         double gg = double(g[i]) * gscale;
@@ -1336,8 +1405,9 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
         VecF g = randn(n, 162 + step);
         Dev<float> gd(b, g);
         Dev<float> u = nan_out(b, n);
-        b.muon_momentum({.n = n, .grad = gd.p(), .gscale = gscale, .mu = mu, .nesterov = nesterov, .buf = bufd.p(),
-                         .u = u.p()});
+        const StepDev sd(b, gscale, {.mu = mu});
+        b.muon_momentum({.n = n, .grad = gd.p(), .clip = sd.clip.p(), .step = sd.step.p(), .nesterov = nesterov,
+                         .buf = bufd.p(), .u = u.p()});
         VecD U(n), Us(n);
         for (int64_t i = 0; i < n; ++i) {
           double gg = double(g[i]) * gscale;
@@ -1355,7 +1425,9 @@ TEST_P(BackendOps, MuonMomentumAndApply) {
         VecF p = randn(n, 163), o = randn(n, 164);
         Dev<float> pd(b, p), od(b, o);
         const float lr = 0.02f, sc = 1.5f, wd = 0.1f;
-        b.muon_apply({.n = n, .p = pd.p(), .o = od.p(), .lr = lr, .scale = sc, .wd = wd, .cautious = cautious});
+        const StepDev sd(b, 1.0f, {.lr = lr, .wd = wd});
+        b.muon_apply({.n = n, .p = pd.p(), .o = od.p(), .clip = sd.clip.p(), .step = sd.step.p(), .scale = sc,
+                      .cautious = cautious});
         VecD P(n), Ps(n);
         for (int64_t i = 0; i < n; ++i) {
           const double decay = cautious && !(double(o[i]) * p[i] > 0) ? 1.0 : 1 - double(lr) * wd;
@@ -1422,7 +1494,9 @@ TEST_P(BackendOps, NorMuonScale) {
         for (int64_t c = 0; c < cols; ++c) o[size_t(r * cols + c)] *= float(1 + r % 4);
       for (int64_t c = 0; c < cols; ++c) o[size_t(cols + c)] = 0.0f;  // row 1 all zero
       Dev<float> od(b, o);
-      b.normuon_scale({.rows = rows, .cols = cols, .o = od.p(), .v = vd.p(), .beta2 = b2, .eps = eps});
+      const StepDev sd(b, 1.0f, {});
+      b.normuon_scale({.rows = rows, .cols = cols, .o = od.p(), .v = vd.p(), .beta2 = b2, .eps = eps,
+                       .clip = sd.clip.p()});
       VecD O = to_d(o), ss(size_t(rows), 0.0);
       double before = 0, after = 0;
       for (int64_t r = 0; r < rows; ++r) {
@@ -1438,6 +1512,33 @@ TEST_P(BackendOps, NorMuonScale) {
       expect_close(vd.get(), V, 1e-12, 1e-5, "v");
       expect_close(od.get(), O, 1e-7, 1e-5, "o");
     }
+  }
+}
+
+TEST_P(BackendOps, UpdateOpsSkipWhenNotFinite) {
+  // With the clip's finite flag 0 every update op leaves its parameters and state as they were
+  // (bit for bit), even with a NaN gradient and a NaN clip scale; the same ops with the flag 1
+  // change them (so the check can fail).
+  Backend& b = be();
+  const int64_t rows = 30, cols = 40, n = rows * cols;
+  VecF g = randn(n, 191), p0 = randn(n, 192), s0 = randn(n, 193), o0 = randn(n, 194), v0(rows, 0.5f);
+  g[7] = kNaN;
+  for (bool finite : {false, true}) {
+    SCOPED_TRACE(finite ? "finite" : "not finite");
+    const StepDev sd(b, finite ? 0.5f : kNaN, {.lr = 0.01f, .wd = 0.1f, .mu = 0.9f, .t = 2}, finite);
+    Dev<float> gd(b, finite ? randn(n, 195) : g), pd(b, p0), md(b, s0), vd(b, VecF(n, 1.0f)), bufd(b, s0),
+        ud(b, o0), od(b, o0), nv(b, v0);
+    b.adamw_update({.n = n, .p = pd.p(), .grad = gd.p(), .clip = sd.clip.p(), .step = sd.step.p(), .m = md.p(),
+                    .v = vd.p(), .hyper = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}});
+    b.muon_momentum({.n = n, .grad = gd.p(), .clip = sd.clip.p(), .step = sd.step.p(), .nesterov = true,
+                     .buf = bufd.p(), .u = ud.p()});
+    b.normuon_scale({.rows = rows, .cols = cols, .o = od.p(), .v = nv.p(), .beta2 = 0.95f, .eps = 1e-8f,
+                     .clip = sd.clip.p()});
+    Dev<float> pm(b, p0);
+    b.muon_apply({.n = n, .p = pm.p(), .o = od.p(), .clip = sd.clip.p(), .step = sd.step.p()});
+    const bool same = pd.get() == p0 && md.get() == s0 && vd.get() == VecF(n, 1.0f) && bufd.get() == s0 &&
+                      ud.get() == o0 && od.get() == o0 && nv.get() == v0 && pm.get() == p0;
+    EXPECT_EQ(same, !finite);
   }
 }
 

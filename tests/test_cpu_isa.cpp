@@ -690,18 +690,21 @@ TEST(CpuIsa, OptimizerKernelsAgainstFloat64) {
     adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, gscale, lr, b1, b2, eps, wd, t, true);
     expect_close(to_d(pc), pcref, 1e-5, 1e-6, "adamw p, cautious");
     VecF buf = m0, u(n), pa = p0;
-    muon_momentum({.n = n, .grad = g.data(), .gscale = gscale, .mu = mu, .nesterov = true, .buf = buf.data(),
+    const GradClip clip{.gscale = gscale};  // CPU device memory is host memory
+    const GroupStep gs{.lr = lr, .wd = wd, .mu = mu};
+    muon_momentum({.n = n, .grad = g.data(), .clip = &clip, .step = &gs, .nesterov = true, .buf = buf.data(),
                    .u = u.data()});
     expect_close(to_d(buf), bufref, 1e-5, 1e-6, "muon buf");
     expect_close(to_d(u), uref, 1e-5, 1e-6, "muon u");
     VecF pac = p0;
-    muon_apply({.n = n, .p = pa.data(), .o = u.data(), .lr = lr, .scale = scale, .wd = wd, .cautious = false});
+    muon_apply({.n = n, .p = pa.data(), .o = u.data(), .clip = &clip, .step = &gs, .scale = scale, .cautious = false});
     expect_close(to_d(pa), paref, 1e-5, 1e-6, "muon apply");
-    muon_apply({.n = n, .p = pac.data(), .o = u.data(), .lr = lr, .scale = scale, .wd = wd, .cautious = true});
+    muon_apply({.n = n, .p = pac.data(), .o = u.data(), .clip = &clip, .step = &gs, .scale = scale, .cautious = true});
     expect_close(to_d(pac), pacref, 1e-5, 1e-6, "muon apply, cautious");
     // NorMuon's row normalisation of u as a [rows, n / rows] matrix, from v = 0.
     VecF un = u, vn(size_t(nrows), 0.0f);
-    normuon_scale({.rows = nrows, .cols = n / nrows, .o = un.data(), .v = vn.data(), .beta2 = 0.95f, .eps = 1e-8f});
+    normuon_scale({.rows = nrows, .cols = n / nrows, .o = un.data(), .v = vn.data(), .beta2 = 0.95f, .eps = 1e-8f,
+                   .clip = &clip});
     expect_close(to_d(un), normref, 1e-6, 1e-5, "normuon");
 
   });

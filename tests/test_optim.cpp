@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string>
 #include <sstream>
 #include <vector>
 
@@ -169,6 +171,62 @@ TEST(Optim, GlobalGradNormClipping) {
   EXPECT_NEAR(opt.step(1.0f), 5.0f, 1e-6);
   EXPECT_NEAR(d1[0], -1.0f, 1e-5);
   EXPECT_NEAR(d2[0], -1.0f, 1e-5);
+}
+
+TEST(Optim, NonFiniteGradientSkipsTheUpdateOnTheDeviceAndReportsIt) {
+  // A NaN gradient: enqueue_step writes a clip with finite = 0, and no parameter or moment of any
+  // group (AdamW, Muon, NorMuon) changes. After step_not_applied() the next step is bit for bit
+  // the first step of a fresh optimizer (the bias corrections' step count was taken back).
+  OptimConfig cfg;
+  cfg.scalar = OptimGroup{.kind = "adamw", .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f};
+  cfg.embed = cfg.scalar;
+  cfg.matrix = OptimGroup{.kind = "muon", .lr = 0.02f};
+  cfg.head = OptimGroup{.kind = "normuon", .lr = 0.02f, .beta2 = 0.95f, .eps = 1e-8f};
+  cfg.grad_clip = 1.0f;
+  auto run = [&](bool nan_first, std::vector<float>& out, std::string& state) {
+    std::vector<float> d[4], g[4];
+    std::vector<Param> params{make_param("s", {3}, ParamKind::Scalar, d[0], g[0]),
+                              make_param("e", {4, 3}, ParamKind::Embedding, d[1], g[1]),
+                              make_param("m", {4, 6}, ParamKind::Matrix, d[2], g[2]),
+                              make_param("h", {6, 4}, ParamKind::Head, d[3], g[3])};
+    for (int i = 0; i < 4; ++i) {
+      set_to(d[i], random_matrix(1, int(d[i].size()), 30 + i));
+      set_to(g[i], random_matrix(1, int(g[i].size()), 40 + i));
+    }
+    Optimizer opt(params, cfg);
+    if (nan_first) {
+      const std::vector<float> before[4] = {d[0], d[1], d[2], d[3]};
+      const float keep = g[2][5];
+      g[2][5] = std::nanf("");
+      GradClip clip;
+      opt.enqueue_step(1.0f, 1.0f, -1.0f, &clip);  // CPU device memory is host memory
+      EXPECT_EQ(clip.finite, 0);
+      EXPECT_TRUE(std::isnan(clip.norm));
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(d[i], before[i]) << "group " << i;
+      opt.step_not_applied();
+      g[2][5] = keep;
+    }
+    EXPECT_TRUE(std::isfinite(opt.step(1.0f)));
+    out.clear();
+    for (int i = 0; i < 4; ++i) out.insert(out.end(), d[i].begin(), d[i].end());
+    std::stringstream ss;
+    opt.save(ss);
+    state = ss.str();
+  };
+  std::vector<float> skipped_then_good, good;
+  std::string state_a, state_b;
+  run(true, skipped_then_good, state_a);
+  run(false, good, state_b);
+  EXPECT_EQ(skipped_then_good, good);
+  EXPECT_EQ(state_a, state_b);  // moments and step counts
+  // step() reports a non-finite norm and updates nothing.
+  std::vector<float> d, g;
+  std::vector<Param> one{make_param("w", {2}, ParamKind::Scalar, d, g)};
+  Optimizer opt(one, cfg);
+  set_to(d, {1.0f, 2.0f});
+  set_to(g, {std::numeric_limits<float>::infinity(), 1.0f});
+  EXPECT_TRUE(std::isinf(opt.step(1.0f)));
+  EXPECT_EQ(d, (std::vector<float>{1.0f, 2.0f}));
 }
 
 TEST(Optim, SumSquaresIndependentOfThreads) {

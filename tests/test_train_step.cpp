@@ -51,6 +51,44 @@ Curve three_steps(const std::string& prec) {
   return c;
 }
 
+// A backend that forwards everything to the CPU backend and counts the calls that make a device
+// wait for the host: reads back (to_host) and synchronize.
+class CountingBackend final : public Backend {
+ public:
+  int reads = 0, syncs = 0;
+  std::string name() const override { return be_.name(); }
+  std::string description() const override { return be_.description(); }
+  bool host_visible() const override { return be_.host_visible(); }
+  bool native_bf16() const override { return be_.native_bf16(); }
+  size_t memory_capacity() const override { return be_.memory_capacity(); }
+  void* alloc(size_t bytes) override { return be_.alloc(bytes); }
+  void free(void* p) override { be_.free(p); }
+  void to_device(void* dst, const void* src, size_t bytes) override { be_.to_device(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    ++reads;
+    be_.to_host(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override { be_.copy(dst, src, bytes); }
+  void zero(void* dst, size_t bytes) override { be_.zero(dst, bytes); }
+  void synchronize() override {
+    ++syncs;
+    be_.synchronize();
+  }
+  std::unique_ptr<DeviceTimer> timer() override { return be_.timer(); }
+  void set_threads(int n) override { be_.set_threads(n); }
+  double peak_flops(MatPrec prec) override { return be_.peak_flops(prec); }
+  void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
+    be_.prepare_gemm(prec, ta, tb, M, N, K);
+  }
+#define CLM_COUNTING_OP(name, R, params, args, cpu, cuda) \
+  R name params override { return be_.name args; }
+  CLM_BACKEND_OPS(CLM_COUNTING_OP)
+#undef CLM_COUNTING_OP
+
+ private:
+  Backend& be_ = cpu_backend();
+};
+
 }  // namespace
 
 TEST(TrainStep, AutoPrecisionFollowsTheDevice) {
@@ -183,6 +221,43 @@ TEST(TrainStep, NonFiniteLossThrowsAndLeavesTheWeights) {
   EXPECT_THROW(train_step(model, &opt, in.data(), tg.data(), 1, B, T, ScheduleValues{}), NonFiniteError);
   head.to_host(after.data());
   EXPECT_EQ(before, after);
+}
+
+TEST(TrainStep, OneReadFromTheDevicePerStep) {
+  // A whole step (two micro-batches, the multi-token head, AdamW and NorMuon groups) reads from
+  // the device once, at its end, and never synchronizes; its losses and norm are those of the
+  // same step on the CPU backend directly.
+  const int B = 2, T = 16, accum = 2;
+  ModelConfig mc = small_model("fp32");
+  mc.mtp_weight = 0.3f;
+  OptimConfig oc = model_test::muon_optim("fp32");
+  oc.matrix.kind = "normuon";
+  oc.grad_clip = 0.5f;
+  CountingBackend counting;
+  auto in = model_test::random_tokens(size_t(accum) * B * T, mc.vocab_size, 21),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 22);
+  std::vector<StepResult> got;
+  for (Backend* be : {static_cast<Backend*>(&counting), &cpu_backend()}) {
+    GPT model(mc, B, T, *be);
+    model.init_weights(9);
+    Optimizer opt(model.params(), oc);
+    for (int s = 0; s < 2; ++s) {
+      const int reads = counting.reads, syncs = counting.syncs;
+      got.push_back(train_step(model, &opt, in.data(), tg.data(), accum, B, T, ScheduleValues{1.0f, 1.0f, 0.9f}));
+      if (be == &counting) {
+        EXPECT_EQ(counting.reads - reads, 1) << "step " << s;
+        EXPECT_EQ(counting.syncs - syncs, 0) << "step " << s;
+      }
+    }
+  }
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(got[size_t(s)].loss, got[size_t(s) + 2].loss);
+    EXPECT_EQ(got[size_t(s)].grad_norm, got[size_t(s) + 2].grad_norm);
+    ASSERT_EQ(got[size_t(s)].aux.size(), 1u);
+    EXPECT_EQ(got[size_t(s)].aux[0].second, got[size_t(s) + 2].aux[0].second);
+    EXPECT_GT(got[size_t(s)].aux[0].second, 0.0);
+  }
+  EXPECT_NE(got[0].loss, got[1].loss);  // the first step changed the weights
 }
 
 TEST(TrainStep, NonFiniteGradientUpdatesNothing) {

@@ -154,6 +154,9 @@ struct SoftcapXentArgs {
   float* logits = nullptr;            // gradient written here in place with want_grad, unless grad_bf16
   const int32_t* targets = nullptr;   // null or < 0: ignored rows
   float* loss = nullptr;              // per-row loss (may be null)
+  // Device accumulator (or null): += the summed loss over targets >= 0. Double, so that the chunks
+  // of a head pass add up exactly as the host-side sum they replace (a float would round each).
+  double* loss_sum = nullptr;
   int32_t* argmax = nullptr;          // may be null
   bool want_grad = false;
   float grad_scale = 1.0f;
@@ -174,53 +177,91 @@ struct Mix2BwdArgs {
   float* dw = nullptr;
 };
 
-// AdamW's hyperparameters at step t (1-based).
+// The gradient clip of one optimizer step, in device memory: written by grad_clip on the device
+// and read there by the update ops, so that no value goes back to the host inside the step. When
+// `finite` is 0 the update ops leave every parameter and moment as it is.
+struct GradClip {
+  float norm = 0;       // the global gradient norm, before clipping
+  float gscale = 1.0f;  // the factor the gradients are multiplied by
+  int32_t finite = 1;   // the norm and every checked loss are finite: the update happens
+  int32_t pad = 0;
+};
+
+// grad_clip's inputs: the per-parameter sums of squares part[0..count) (device doubles), added in
+// that order, norm = float(sqrt(sum)), gscale = max_norm / (norm + 1e-6f) when max_norm > 0 and
+// norm > max_norm, else 1; finite = norm and checks[0..n_checks) (device doubles: the step's
+// summed losses) all finite.
+struct GradClipArgs {
+  int count = 0;
+  const double* part = nullptr;
+  float max_norm = 0;
+  const double* checks = nullptr;
+  int n_checks = 0;
+  GradClip* out = nullptr;
+};
+
+// A parameter group's hyperparameters that change from step to step, in device memory, written
+// by the host before the step's ops are queued (a recorded step replays with new ones).
+struct GroupStep {
+  float lr = 0, wd = 0;
+  float mu = 0;    // Muon's momentum
+  int32_t pad = 0;
+  int64_t t = 1;   // AdamW's step count (1-based), for its bias corrections
+};
+
+// AdamW's fixed hyperparameters.
 struct AdamWHyper {
-  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, wd = 0;
-  int64_t t = 1;
+  float beta1 = 0, beta2 = 0, eps = 0;
   bool cautious = false;
 };
 
-// One AdamW step on n floats: grad (scaled by gscale) updates m, v and then p.
+// One AdamW step on n floats: grad (scaled by clip->gscale) updates m, v and then p with step->lr,
+// step->wd and step->t; nothing when clip->finite is 0. clip and step are device pointers.
 struct AdamWArgs {
   int64_t n = 0;
   float* p = nullptr;
   const float* grad = nullptr;
-  float gscale = 1.0f;
+  const GradClip* clip = nullptr;
+  const GroupStep* step = nullptr;
   float* m = nullptr;
   float* v = nullptr;
   AdamWHyper hyper;
 };
 
-// Muon's momentum on n floats: buf = mu buf + grad gscale; u = nesterov ? grad gscale + mu buf : buf.
+// Muon's momentum on n floats, g = grad clip->gscale, mu = step->mu: buf = mu buf + g;
+// u = nesterov ? g + mu buf : buf. Nothing when clip->finite is 0 (device pointers).
 struct MuonMomentumArgs {
   int64_t n = 0;
   const float* grad = nullptr;
-  float gscale = 1.0f;
-  float mu = 0;
+  const GradClip* clip = nullptr;
+  const GroupStep* step = nullptr;
   bool nesterov = false;
   float* buf = nullptr;  // updated in place
   float* u = nullptr;    // the update to orthogonalise
 };
 
-// Muon's step on n floats: p = p (1 - lr wd) - lr scale o; with `cautious` the decay only where
-// o p > 0.
+// Muon's step on n floats, lr = step->lr, wd = step->wd: p = p (1 - lr wd) - lr scale o; with
+// `cautious` the decay only where o p > 0. Nothing when clip->finite is 0 (device pointers).
 struct MuonApplyArgs {
   int64_t n = 0;
   float* p = nullptr;
   const float* o = nullptr;  // the orthogonalised update
-  float lr = 0, scale = 1.0f, wd = 0;
+  const GradClip* clip = nullptr;
+  const GroupStep* step = nullptr;
+  float scale = 1.0f;
   bool cautious = false;
 };
 
 // NorMuon's neuron-wise normalisation of an orthogonalised update o [rows, cols], in place:
 // v[r] = beta2 v[r] + (1 - beta2) mean_c o[r,c]^2, each row divided by sqrt(v[r]) + eps, then
 // the whole rescaled to o's Frobenius norm (so the learning rate keeps Muon's calibration).
+// Nothing when clip->finite is 0 (v is state; clip is a device pointer).
 struct NormuonScaleArgs {
   int64_t rows = 0, cols = 0;
   float* o = nullptr;
   float* v = nullptr;  // [rows], the second-moment state
   float beta2 = 0, eps = 0;
+  const GradClip* clip = nullptr;
 };
 
 // Newton-Schulz over `count` matrices: out[i] (rows[i] x cols[i]) = the orthogonalisation of

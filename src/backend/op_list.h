@@ -71,22 +71,22 @@
   F(X, scale, void, (float* x, float s, int64_t n), (x, s, n), own, stream) /* x *= s */         \
   F(X, axpy, void, (float* y, float a, const float* x, int64_t n), (y, a, x, n), own,            \
     stream) /* y += a x */                                                                       \
-  /* Softcap + cross-entropy (+ its gradient in place when want_grad). Returns the summed */     \
-  /* loss over targets >= 0 (waits for the device); loss/argmax may be null. */                  \
-  F(X, softcap_xent, double, (const SoftcapXentArgs& a), (a), own, own)                          \
+  /* Softcap + cross-entropy (+ its gradient in place when want_grad); the summed loss over */   \
+  /* targets >= 0 is added to the device double a.loss_sum (no wait); loss/argmax may be null. */\
+  F(X, softcap_xent, void, (const SoftcapXentArgs& a), (a), own, own)                            \
   F(X, softcap_fwd, void, (float* z, int64_t n, float cap), (z, n, cap), table, stream)          \
   /* ---- optimizer ---- */                                                                      \
-  /* Sum of squares in double, the same bits whatever the thread count (waits for the device). */\
-  F(X, sum_squares, double, (const float* x, int64_t n), (x, n), table, own)                     \
-  /* out[i] = sum_squares(xs[i], ns[i]) for i < count, with one wait for the device in all (the */\
-  /* optimizer's per-parameter norms; a GPU would otherwise stop once per parameter). */         \
+  /* out[i] (device doubles) = the sum of squares of xs[i][0..ns[i]) in double, the same bits */ \
+  /* whatever the thread count, for i < count (the optimizer's per-parameter sums; no wait). */  \
   F(X, sum_squares_many, void, (const float* const* xs, const int64_t* ns, int count,            \
     double* out), (xs, ns, count, out), own, own)                                                \
+  /* The step's gradient norm, clip scale and finite flag from those sums, on the device. */     \
+  F(X, grad_clip, void, (const GradClipArgs& a), (a), table, stream)                             \
   /* Decoupled weight decay p *= 1 - lr wd; with `cautious` only where the update (the step */   \
   /* subtracted from p) has p's sign, i.e. already moves p towards zero. */                      \
-  F(X, adamw_update, void, (const AdamWArgs& a), (a), own, own)                                  \
-  F(X, muon_momentum, void, (const MuonMomentumArgs& a), (a), table, own)                        \
-  F(X, muon_apply, void, (const MuonApplyArgs& a), (a), table, own)                              \
+  F(X, adamw_update, void, (const AdamWArgs& a), (a), own, stream)                                  \
+  F(X, muon_momentum, void, (const MuonMomentumArgs& a), (a), table, stream)                        \
+  F(X, muon_apply, void, (const MuonApplyArgs& a), (a), table, stream)                              \
   F(X, normuon_scale, void, (const NormuonScaleArgs& a), (a), table, own)                        \
   /* out (rows x cols) = the Newton-Schulz orthogonalisation of G (may alias) by `sched`; */      \
   /* matmuls in `prec`. */                                                                       \

@@ -106,11 +106,15 @@ Cost softcap_xent(const SoftcapXentArgs& a) {
   return {30.0 * double(a.N) * a.V, (a.want_grad && a.grad_bf16 ? 10.0 : 8.0) * double(a.N) * a.Vp};
 }
 Cost softcap_fwd(float*, int64_t n, float) { return per_elem(double(n), 5, 8); }
-Cost sum_squares(const float*, int64_t n) { return per_elem(double(n), 2, 4); }
 Cost sum_squares_many(const float* const*, const int64_t* ns, int count, double*) {
   double n = 0;
   for (int i = 0; i < count; ++i) n += double(ns[i]);
   return per_elem(n, 2, 4);
+}
+// One thread adding the per-parameter sums: count additions, the doubles read, one GradClip written.
+Cost grad_clip(const GradClipArgs& a) {
+  const double n = double(a.count) + double(a.n_checks);
+  return {double(a.count), n > 0 ? 8.0 * n + double(sizeof(GradClip)) : 0.0};
 }
 Cost adamw_update(const AdamWArgs& a) { return per_elem(double(a.n), 12, 28); }
 Cost muon_momentum(const MuonMomentumArgs& a) { return per_elem(double(a.n), 4, 16); }

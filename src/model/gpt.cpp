@@ -177,6 +177,10 @@ float* GPT::grad_accumulator() {
   if (!impl->G_acc.as<float>()) impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);
   return impl->G_acc.as<float>();
 }
+double* GPT::step_scalars(int64_t n) {
+  if (impl->scalars.bytes() < size_t(n) * 8) impl->scalars = DeviceBuffer(*impl->be, size_t(n) * 8);
+  return impl->scalars.as<double>();
+}
 int64_t GPT::num_params() const { return impl->layout.num_params(); }
 double GPT::flops_per_token(int T) const { return impl->layout.flops_per_token(T); }
 

@@ -88,6 +88,20 @@ struct GPT {
   // the other), and backward() follows next-token loss + mtp_weight x mtp_loss.
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                 float* token_loss = nullptr, int32_t* argmax = nullptr);
+  // forward() with nothing read back from the device (training: every step's read is one, at its
+  // end). Targets are required; sums_d (2 device doubles, zeroed here) accumulates the summed
+  // next-token loss in [0] and the multi-token head's in [1] (0 without it). loss_means() turns
+  // them, once on the host, into forward()'s values; backward() may follow at once.
+  struct LossCounts {
+    int64_t valid = 0, mtp_valid = 0;  // targets >= 0 of each head (the means' divisors)
+  };
+  LossCounts forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, double* sums_d);
+  // {next-token mean loss, multi-token mean loss} from a deferred forward's two sums, exactly as
+  // forward() and aux_losses() report them.
+  static std::pair<float, float> loss_means(const double* sums, const LossCounts& c);
+  // At least n device doubles kept by the model for the caller's per-step scalars (train_step's
+  // loss sums and gradient clip; forward()'s sums); grown on demand, so valid until the next call.
+  double* step_scalars(int64_t n);
   // The auxiliary losses of the last forward, by name, to report next to its loss. The names depend
   // on the config alone (so every rank lists the same): "mtp_loss" when model.mtp_weight > 0, the
   // mean cross-entropy (nats) of the multi-token head over the positions whose token after next is

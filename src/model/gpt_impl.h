@@ -73,6 +73,7 @@ struct GPTImpl {
   int64_t nparams = 0;
   DeviceBuffer params_buf, grads_buf, bf16_buf;  // params, grads (fp32) and the bf16 mirror of the params
   DeviceBuffer G_acc;     // train_step's sum of micro-batch gradients (allocated at first use)
+  DeviceBuffer scalars;   // step_scalars(): loss sums and the like, grown on demand
   std::vector<LayerOff> block_offs;  // the layout's parameter offsets, by the names the passes use
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
   int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
@@ -177,8 +178,13 @@ struct GPTImpl {
   // The multi-token head of a training forward (after the next-token head has written dxf):
   // its loss against the token after next within each row, the head's and mtp_proj's weight
   // gradients (into head_dw and mtp_dw) and its input gradient added to dxf, all scaled by
-  // mtp_weight / (positions with a target). Returns the mean loss (nats).
-  double mtp_fwd(const int32_t* targets, int B, int T);
+  // mtp_weight / (positions with a target). Adds the summed loss to the device double *sum_d;
+  // returns the positions with a target (the mean's divisor).
+  int64_t mtp_fwd(const int32_t* targets, int B, int T, double* sum_d);
+  // The training/eval forward, queued without a read from the device (GPT::forward_deferred);
+  // per-token loss and argmax into loss_d / argmax_d when asked.
+  GPT::LossCounts queue_forward(const int32_t* inputs, const int32_t* targets, int B, int T, bool rows_loss,
+                                bool rows_argmax, double* sums_d);
 
   // ---- the LM head: one pass over rows in chunks, so the logits stay small (gpt_train.cpp) ----
   struct HeadNames {  // the profiler regions of the head's four steps
@@ -196,6 +202,7 @@ struct GPTImpl {
     float* logits;
     float gscale = 0;     // Score/Train: passed to softcap_xent
     float* out = nullptr;  // Logits: host, n x Vp
+    double* loss_sum = nullptr;  // Score/Train: device accumulator of the summed loss (or null)
   };
   // One chunk as the pass sees it: its input rows (matmul precision) and, for Score/Train, the
   // device arrays of those rows: targets (null = none), per-row loss, argmax and input gradient
@@ -209,13 +216,14 @@ struct GPTImpl {
   };
   // Runs the head over n rows: for each chunk [r0, r0 + nr), rows(r0, nr) hands over its rows
   // (gathering them first if it must), the head matmul writes their logits, the mode's step
-  // follows, then done(r0, nr) when given. Returns the summed loss (0 for Logits).
-  double head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
+  // follows, then done(r0, nr) when given. Score/Train add each chunk's summed loss to
+  // *p.loss_sum on the device, in chunk order.
+  void head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
                    const std::function<void(int64_t, int64_t)>& done = {});
   // The head over N contiguous rows of `x_mm` with chunk_rows and the training buffers: Train when
-  // grad, else Score (device outputs indexed as the rows). Returns the summed loss.
-  double head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
-                     int32_t* amax, bool grad, float gscale, float* dx);
+  // grad, else Score (device outputs indexed as the rows); the summed loss added to *loss_sum.
+  void head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                   int32_t* amax, bool grad, float gscale, float* dx, double* loss_sum);
   void infer_reserve(int64_t N, int T);
 };
 

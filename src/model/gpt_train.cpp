@@ -180,9 +180,8 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
 }
 
 // ---- the LM head -----------------------------------------------------------------------------------
-double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
-                          const std::function<void(int64_t, int64_t)>& done) {
-  double total = 0;
+void GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
+                        const std::function<void(int64_t, int64_t)>& done) {
   for (int64_t r0 = 0; r0 < n; r0 += p.chunk_rows) {
     const int64_t nr = std::min<int64_t>(p.chunk_rows, n - r0);
     const HeadChunk c = rows(r0, nr);
@@ -202,9 +201,9 @@ double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<Head
       bf16* dlogits_bf16 = grad && prec == MatPrec::BF16 ? reinterpret_cast<bf16*>(logits_mm) : nullptr;
       {
         ProfRegion pr(prof, p.names.xent, "fwd");
-        total += be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = p.logits,
-                                   .targets = c.tgt, .loss = c.loss, .argmax = c.amax, .want_grad = grad,
-                                   .grad_scale = p.gscale, .grad_bf16 = dlogits_bf16});
+        be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = p.logits,
+                          .targets = c.tgt, .loss = c.loss, .loss_sum = p.loss_sum, .argmax = c.amax,
+                          .want_grad = grad, .grad_scale = p.gscale, .grad_bf16 = dlogits_bf16});
       }
       if (grad) {
         const void* dlogits = dlogits_bf16 ? static_cast<const void*>(dlogits_bf16) : p.logits;
@@ -218,20 +217,19 @@ double GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<Head
     }
     if (done) done(r0, nr);
   }
-  return total;
 }
 
-double GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
-                            int32_t* amax, bool grad, float gscale, float* dx) {
+void GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
+                          int32_t* amax, bool grad, float gscale, float* dx, double* loss_sum) {
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
-  const HeadPass p{grad ? HeadMode::Train : HeadMode::Score, names, chunk_rows, logits, gscale};
-  return head_pass(p, N, [&](int64_t r0, int64_t) {
+  const HeadPass p{grad ? HeadMode::Train : HeadMode::Score, names, chunk_rows, logits, gscale, nullptr, loss_sum};
+  head_pass(p, N, [&](int64_t r0, int64_t) {
     return HeadChunk{x_mm + r0 * d * mmb / 4, tgt ? tgt + r0 : nullptr, loss ? loss + r0 : nullptr,
                      amax ? amax + r0 : nullptr, dx + r0 * d};
   });
 }
 
-double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
+int64_t GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_, double* sum_d) {
   const int64_t N = int64_t(B_) * T_;
   // Position t of a row predicts the target of position t + 1 (the token after next); the last
   // position of each row has none.
@@ -255,8 +253,8 @@ double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
   }
   // The head, as for the next-token loss; the gradient of its normed input goes into dtmp.
   float* dun = dtmp;
-  const double total = head_chunks({"matmul.mtp_head", "softcap_xent.mtp", "matmul.mtp_head.dx", "matmul.mtp_head.dw"},
-                                   mtp_un, tgt2_d, N, nullptr, nullptr, true, gscale, dun);
+  head_chunks({"matmul.mtp_head", "softcap_xent.mtp", "matmul.mtp_head.dx", "matmul.mtp_head.dw"}, mtp_un,
+              tgt2_d, N, nullptr, nullptr, true, gscale, dun, sum_d);
   {
     ProfRegion pr(prof, "rmsnorm.mtp", "bwd");
     be->zero(dtmp2, sizeof(float) * N * d);
@@ -272,47 +270,65 @@ double GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_) {
     ProfRegion pr(prof, "matmul.mtp_proj.dx", "bwd");
     be->linear_bwd_input(prec, du, w(off_mtp), dxf, N, d, d, true);  // onto the next-token head's
   }
-  return valid > 0 ? total / double(valid) : 0.0;
+  return valid;
 }
 
 // ---- the model's training entry points -------------------------------------------------------------
+GPT::LossCounts GPTImpl::queue_forward(const int32_t* inputs, const int32_t* targets, int B_, int T_,
+                                       bool rows_loss, bool rows_argmax, double* sums_d) {
+  have_fwd = false;
+  body_fwd(inputs, B_, T_);
+  const int64_t N = int64_t(B_) * T_;
+  GPT::LossCounts c;
+  if (targets) {
+    for (int64_t i = 0; i < N; ++i) {
+      if (targets[i] >= V) fail("GPT forward: target id {} out of range [0, {})", targets[i], V);
+      c.valid += targets[i] >= 0;
+    }
+    be->to_device(tgt_d, targets, sizeof(int32_t) * N);
+  }
+  const bool grad = grad_enabled && targets != nullptr;
+  const float gscale = c.valid > 0 ? 1.0f / float(c.valid) : 0.0f;
+  if (grad) be->zero(head_dw, sizeof(float) * int64_t(Vp) * d);
+  be->zero(sums_d, 2 * sizeof(double));
+  head_chunks({"matmul.head", "softcap_xent", "matmul.head.dx", "matmul.head.dw"}, lnf_mm, targets ? tgt_d : nullptr,
+              N, rows_loss ? loss_d : nullptr, rows_argmax ? argmax_d : nullptr, grad, gscale, dxf, sums_d);
+  if (grad && off_mtp >= 0) c.mtp_valid = mtp_fwd(targets, B_, T_, sums_d + 1);
+  have_fwd = true;
+  fwd_had_grad = grad;
+  return c;
+}
+
+GPT::LossCounts GPT::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, double* sums_d) {
+  if (!targets) fail("GPT forward_deferred: no targets");
+  return impl->queue_forward(inputs, targets, B, T, false, false, sums_d);
+}
+
+std::pair<float, float> GPT::loss_means(const double* sums, const LossCounts& c) {
+  return {c.valid > 0 ? float(sums[0] / double(c.valid)) : 0.0f,
+          float(c.mtp_valid > 0 ? sums[1] / double(c.mtp_valid) : 0.0)};
+}
+
 float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float* token_loss,
                    int32_t* argmax) {
   GPTImpl& m = *impl;
   Backend& be = *m.be;
-  m.have_fwd = false;
-  m.body_fwd(inputs, B, T);
+  double* sums_d = step_scalars(2);
+  const LossCounts c = m.queue_forward(inputs, targets, B, T, token_loss != nullptr, argmax != nullptr, sums_d);
   const int64_t N = int64_t(B) * T;
-  int64_t valid = 0;
-  if (targets) {
-    for (int64_t i = 0; i < N; ++i) {
-      if (targets[i] >= m.V) fail("GPT forward: target id {} out of range [0, {})", targets[i], m.V);
-      valid += targets[i] >= 0;
-    }
-    be.to_device(m.tgt_d, targets, sizeof(int32_t) * N);
-  }
-  const bool grad = m.grad_enabled && targets != nullptr;
-  const float gscale = valid > 0 ? 1.0f / float(valid) : 0.0f;
-  if (grad) be.zero(m.head_dw, sizeof(float) * int64_t(m.Vp) * m.d);
-  const double total =
-      m.head_chunks({"matmul.head", "softcap_xent", "matmul.head.dx", "matmul.head.dw"}, m.lnf_mm,
-                    targets ? m.tgt_d : nullptr, N, token_loss ? m.loss_d : nullptr, argmax ? m.argmax_d : nullptr,
-                    grad, gscale, m.dxf);
   if (token_loss) {
     if (targets) be.to_host(token_loss, m.loss_d, sizeof(float) * N);
     else std::fill(token_loss, token_loss + N, 0.0f);
   }
   if (argmax) be.to_host(argmax, m.argmax_d, sizeof(int32_t) * N);
-  float mean = valid > 0 ? float(total / double(valid)) : 0.0f;
+  double sums[2];
+  be.to_host(sums, sums_d, sizeof(sums));
+  const auto [mean, mtp] = loss_means(sums, c);
+  m.last_mtp = mtp;
+  if (!std::isfinite(mean) || !std::isfinite(mtp)) m.have_fwd = false;
   if (!std::isfinite(mean)) throw NonFiniteError(fmt::format("GPT forward: loss is not finite ({})", mean));
-  m.last_mtp = 0;
-  if (grad && m.off_mtp >= 0) {
-    m.last_mtp = float(m.mtp_fwd(targets, B, T));
-    if (!std::isfinite(m.last_mtp))
-      throw NonFiniteError(fmt::format("GPT forward: multi-token loss is not finite ({})", m.last_mtp));
-  }
-  m.have_fwd = true;
-  m.fwd_had_grad = grad;
+  if (!std::isfinite(mtp))
+    throw NonFiniteError(fmt::format("GPT forward: multi-token loss is not finite ({})", mtp));
   return mean;
 }
 

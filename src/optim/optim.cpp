@@ -120,6 +120,14 @@ struct OptimizerImpl {
   std::vector<std::vector<size_t>> muon_batches[4];
   bool ns_batched = true;          // one newton_schulz_many per batch, else one newton_schulz each
   int64_t t[4] = {0, 0, 0, 0};     // steps taken per group (AdamW bias correction)
+  bool has[4] = {false, false, false, false};  // the group has parameters
+  // The step's scalars in device memory: the per-parameter sums of squares (doubles, parameter
+  // order), each group's GroupStep, and the GradClip that step() reads back.
+  DeviceBuffer scalars;
+  double* part_d() const { return scalars.as<double>(); }
+  GroupStep* group_step_d() const { return reinterpret_cast<GroupStep*>(part_d() + states.size()); }
+  GradClip* own_clip_d() const { return reinterpret_cast<GradClip*>(group_step_d() + 4); }
+  size_t first_owned = 0, n_owned = 0;  // the owned states, a contiguous run in parameter order
   Profiler* prof = nullptr;
 
   // Sharding (ZeRO-1). The whole state is laid out as unsharded (m, then v for AdamW, in state
@@ -159,6 +167,11 @@ struct OptimizerImpl {
     }
     return mb;
   }
+
+  void grad_sums();
+  void write_group_steps(float lr_scale, float wd_scale, float muon_momentum);
+  void adamw_group(int gi, const GradClip* clip);
+  void muon_group(int gi, const GradClip* clip);
 
   int64_t own_state_begin() const { return sharded ? state_bounds[size_t(comm->rank())] : 0; }
 
@@ -278,6 +291,16 @@ Optimizer::Optimizer(std::vector<Param>& params, const OptimConfig& cfg, Comm* c
   }
   s.scratch_u = DeviceBuffer(*s.be, size_t(scratch) * 4);
   s.scratch_o = DeviceBuffer(*s.be, size_t(scratch) * 4);
+  static_assert(sizeof(GroupStep) % 8 == 0 && sizeof(GradClip) % 8 == 0);
+  s.scalars = DeviceBuffer(*s.be, 8 * s.states.size() + 4 * sizeof(GroupStep) + sizeof(GradClip));
+  for (size_t i = 0; i < s.states.size(); ++i) {
+    const OptState& st = s.states[i];
+    s.has[st.group] = true;
+    if (!st.owned) continue;
+    if (s.n_owned == 0) s.first_owned = i;
+    if (i != s.first_owned + s.n_owned) fail("optimizer: this rank's parameters are not contiguous");
+    ++s.n_owned;
+  }
 }
 
 void Optimizer::set_batched_ns(bool on) { impl->ns_batched = on; }
@@ -367,105 +390,127 @@ void Optimizer::warmup() {
   }
 }
 
-float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum_override) {
+float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum) {
   OptimizerImpl& s = *impl;
-  // Global gradient norm over every parameter, then the clip factor applied while reading grads.
-  // Sharded: each rank's owned partial sums, combined exactly (every other rank adds +0.0), then
-  // summed in parameter order as the unsharded optimizer does.
-  s.gathered_fresh = false;
-  std::vector<float>().swap(s.gathered);
-  double ss = 0;
-  {
-    int64_t n = 0;
-    for (const OptState& st : s.states)
-      if (st.owned) n += st.n;
-    ProfRegion pr(s.prof, "optim.grad_norm", "optim");
-    std::vector<double> part(s.states.size(), 0.0);
-    // All owned parameters in one call: a GPU backend then waits for the device once, not once
-    // per parameter.
-    std::vector<const float*> xs;
-    std::vector<int64_t> ns;
-    std::vector<size_t> at;
-    for (size_t i = 0; i < s.states.size(); ++i)
-      if (s.states[i].owned) {
-        xs.push_back(s.states[i].p->grad);
-        ns.push_back(s.states[i].n);
-        at.push_back(i);
-      }
-    std::vector<double> got(xs.size());
-    s.be->sum_squares_many(xs.data(), ns.data(), int(xs.size()), got.data());
-    for (size_t j = 0; j < at.size(); ++j) part[at[j]] = got[j];
-    if (s.sharded) s.comm->all_reduce(part.data(), int64_t(part.size()), ReduceOp::Sum);
-    for (double v : part) ss += v;
-  }
-  const float norm = float(std::sqrt(ss));
-  float gscale = 1.0f;
-  if (s.cfg.grad_clip > 0 && norm > s.cfg.grad_clip) gscale = s.cfg.grad_clip / (norm + 1e-6f);
-  if (!std::isfinite(norm)) return norm;  // no update from a NaN/inf gradient; the caller reports it
+  enqueue_step(lr_scale, wd_scale, muon_momentum, s.own_clip_d());
+  GradClip clip;
+  s.be->to_host(&clip, s.own_clip_d(), sizeof(clip));
+  if (!clip.finite) step_not_applied();
+  return clip.norm;
+}
 
-  bool has[4] = {false, false, false, false};
-  for (const OptState& st : s.states) has[st.group] = true;
+void Optimizer::step_not_applied() {
   for (int gi = 0; gi < 4; ++gi)
-    if (has[gi]) ++s.t[gi];
+    if (impl->has[gi]) --impl->t[gi];
+}
 
-  static const char* const kAdamNames[4] = {"adamw.matrix", "adamw.embed", "adamw.head", "adamw.scalar"};
+// The sums of squares of the owned gradients into their slots of part_d (parameter order), one
+// call for all of them. Sharded: the other ranks' slots are zeros before the all-reduce, which
+// then combines them exactly (every other rank adds +0.0), so the norm is the unsharded one.
+void OptimizerImpl::grad_sums() {
+  std::vector<const float*> xs;
+  std::vector<int64_t> ns;
+  for (size_t i = first_owned; i < first_owned + n_owned; ++i) {
+    xs.push_back(states[i].p->grad);
+    ns.push_back(states[i].n);
+  }
+  if (sharded) be->zero(part_d(), 8 * states.size());
+  be->sum_squares_many(xs.data(), ns.data(), int(xs.size()), part_d() + first_owned);
+  if (sharded) {
+    // The communicator reduces host buffers of doubles: the one read inside a sharded step.
+    std::vector<double> part(states.size());
+    be->to_host(part.data(), part_d(), 8 * part.size());
+    comm->all_reduce(part.data(), int64_t(part.size()), ReduceOp::Sum);
+    be->to_device(part_d(), part.data(), 8 * part.size());
+  }
+}
+
+// Each group's learning rate, weight decay, momentum and step count for this step, to the device
+// (the update ops read them there). The counts advance here; step_not_applied() takes them back.
+void OptimizerImpl::write_group_steps(float lr_scale, float wd_scale, float muon_momentum) {
+  GroupStep gs[4];
   for (int gi = 0; gi < 4; ++gi) {
     if (!has[gi]) continue;
-    const OptimGroup& g = *s.groups[gi];
-    const float lr = g.lr * lr_scale, wd = g.weight_decay * wd_scale;
-    if (g.kind == "adamw") {  // else muon | normuon
-      ProfRegion pr(s.prof, kAdamNames[gi], "optim");
-      const AdamWHyper hyper{.lr = lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .wd = wd,
-                             .t = s.t[gi], .cautious = g.cautious_wd};
-      for (const OptState& st : s.states)
-        if (st.group == gi && st.owned)
-          s.be->adamw_update({.n = st.n, .p = st.p->data, .grad = st.p->grad, .gscale = gscale, .m = st.m,
-                              .v = st.v, .hyper = hyper});
-    } else {
-      const float mu = muon_momentum_override >= 0 ? muon_momentum_override : g.momentum;
-      for (const std::vector<size_t>& batch : s.muon_batches[gi]) {
-        const auto mb = s.muon_batch(batch);
-        {
-          ProfRegion pr(s.prof, "muon.momentum", "optim");
-          for (size_t j = 0; j < batch.size(); ++j) {
-            const OptState& st = s.states[batch[j]];
-            s.be->muon_momentum({.n = st.n, .grad = st.p->grad, .gscale = gscale, .mu = mu,
-                                 .nesterov = g.nesterov, .buf = st.m, .u = mb.u[j]});
-          }
-        }
-        {
-          ProfRegion pr(s.prof, "muon.newton_schulz", "optim");
-          if (s.ns_batched) {
-            s.be->newton_schulz_many(mb.args(s.ns_sched[gi], s.ns_prec[gi]));
-          } else {
-            for (size_t j = 0; j < batch.size(); ++j)
-              s.be->newton_schulz(mb.u[j], mb.o[j], mb.rows[j], mb.cols[j], s.ns_sched[gi], s.ns_prec[gi]);
-          }
-        }
-        for (size_t j = 0; j < batch.size(); ++j) {
-          const OptState& st = s.states[batch[j]];
-          if (st.normuon) {
-            ProfRegion pr(s.prof, "muon.normuon", "optim");
-            s.be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = mb.o[j], .v = st.v, .beta2 = g.beta2,
-                                 .eps = g.eps});
-          }
-          ProfRegion pr(s.prof, "muon.apply", "optim");
-          // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
-          // the per-element update RMS comparable for tall matrices.
-          const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
-          s.be->muon_apply({.n = st.n, .p = st.p->data, .o = mb.o[j], .lr = lr, .scale = scale, .wd = wd,
-                            .cautious = g.cautious_wd});
-        }
-      }
-    }
+    const OptimGroup& g = *groups[gi];
+    gs[gi] = {.lr = g.lr * lr_scale, .wd = g.weight_decay * wd_scale,
+              .mu = muon_momentum >= 0 ? muon_momentum : g.momentum, .t = ++t[gi]};
+  }
+  be->to_device(group_step_d(), gs, sizeof(gs));
+}
+
+void Optimizer::enqueue_step(float lr_scale, float wd_scale, float muon_momentum, GradClip* clip,
+                             const double* checks, int n_checks) {
+  OptimizerImpl& s = *impl;
+  s.gathered_fresh = false;
+  std::vector<float>().swap(s.gathered);
+  {
+    ProfRegion pr(s.prof, "optim.grad_norm", "optim");
+    s.grad_sums();
+    s.be->grad_clip({.count = int(s.states.size()), .part = s.part_d(), .max_norm = s.cfg.grad_clip,
+                     .checks = checks, .n_checks = n_checks, .out = clip});
+  }
+  s.write_group_steps(lr_scale, wd_scale, muon_momentum);
+  for (int gi = 0; gi < 4; ++gi) {
+    if (!s.has[gi]) continue;
+    if (s.groups[gi]->kind == "adamw") s.adamw_group(gi, clip);
+    else s.muon_group(gi, clip);
   }
   if (s.sharded) {
-    // Communication, not a backend op: timed here.
+    // Communication, not a backend op: timed here. A skipped update gathers unchanged parameters.
     ProfScope ps(s.prof, "optim.all_gather", "optim", 0.0, 4.0 * double(s.bounds.back()));
     s.be->synchronize();  // the updates are done before another stream (NCCL's) reads them
     s.comm->all_gather_buckets(s.pbase, s.bounds, s.bucket);
   }
-  return norm;
+}
+
+void OptimizerImpl::adamw_group(int gi, const GradClip* clip) {
+  static const char* const kAdamNames[4] = {"adamw.matrix", "adamw.embed", "adamw.head", "adamw.scalar"};
+  ProfRegion pr(prof, kAdamNames[gi], "optim");
+  const OptimGroup& g = *groups[gi];
+  const AdamWHyper hyper{.beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .cautious = g.cautious_wd};
+  for (const OptState& st : states)
+    if (st.group == gi && st.owned)
+      be->adamw_update({.n = st.n, .p = st.p->data, .grad = st.p->grad, .clip = clip,
+                        .step = group_step_d() + gi, .m = st.m, .v = st.v, .hyper = hyper});
+}
+
+void OptimizerImpl::muon_group(int gi, const GradClip* clip) {
+  const OptimGroup& g = *groups[gi];
+  const GroupStep* gs = group_step_d() + gi;
+  for (const std::vector<size_t>& batch : muon_batches[gi]) {
+    const auto mb = muon_batch(batch);
+    {
+      ProfRegion pr(prof, "muon.momentum", "optim");
+      for (size_t j = 0; j < batch.size(); ++j) {
+        const OptState& st = states[batch[j]];
+        be->muon_momentum({.n = st.n, .grad = st.p->grad, .clip = clip, .step = gs, .nesterov = g.nesterov,
+                           .buf = st.m, .u = mb.u[j]});
+      }
+    }
+    {
+      ProfRegion pr(prof, "muon.newton_schulz", "optim");
+      if (ns_batched) {
+        be->newton_schulz_many(mb.args(ns_sched[gi], ns_prec[gi]));
+      } else {
+        for (size_t j = 0; j < batch.size(); ++j)
+          be->newton_schulz(mb.u[j], mb.o[j], mb.rows[j], mb.cols[j], ns_sched[gi], ns_prec[gi]);
+      }
+    }
+    for (size_t j = 0; j < batch.size(); ++j) {
+      const OptState& st = states[batch[j]];
+      if (st.normuon) {
+        ProfRegion pr(prof, "muon.normuon", "optim");
+        be->normuon_scale({.rows = st.rows, .cols = st.cols, .o = mb.o[j], .v = st.v, .beta2 = g.beta2,
+                           .eps = g.eps, .clip = clip});
+      }
+      ProfRegion pr(prof, "muon.apply", "optim");
+      // Orthogonalised updates have unit singular values; scaling by sqrt(max(1, rows/cols)) keeps
+      // the per-element update RMS comparable for tall matrices.
+      const float scale = std::sqrt(std::max(1.0f, float(st.rows) / float(st.cols)));
+      be->muon_apply({.n = st.n, .p = st.p->data, .o = mb.o[j], .clip = clip, .step = gs, .scale = scale,
+                      .cautious = g.cautious_wd});
+    }
+  }
 }
 
 // State layout: magic[8], u32 n_params, u64 t[4], then per parameter: u32 name length, name bytes,

@@ -27,9 +27,20 @@ struct Optimizer {
   ~Optimizer();
   Optimizer(Optimizer&&) noexcept;
   Optimizer& operator=(Optimizer&&) noexcept;
-  // One update from the params' current grads. lr_scale multiplies every group's lr (schedule),
-  // wd_scale every group's weight decay; muon_momentum >= 0 overrides Muon's momentum (warmup).
-  // Returns the global gradient norm before clipping. When it is not finite nothing is updated.
+  // One update from the params' current grads, queued on the device without waiting for it.
+  // lr_scale multiplies every group's lr (schedule), wd_scale every group's weight decay;
+  // muon_momentum >= 0 overrides Muon's momentum (warmup). The global gradient norm before
+  // clipping, the clip scale and whether the update happens are written to *clip (device memory)
+  // and read there by the update ops: when the norm or any of checks[0..n_checks) (device
+  // doubles, e.g. the step's summed losses) is not finite, nothing is updated, and the caller,
+  // having read *clip, calls step_not_applied(). Sharded, the sums of squares make one trip
+  // through the host (the communicator reduces host buffers).
+  void enqueue_step(float lr_scale, float wd_scale, float muon_momentum, GradClip* clip,
+                    const double* checks = nullptr, int n_checks = 0);
+  // The step counts (AdamW's bias corrections) taken back after an update that did not happen.
+  void step_not_applied();
+  // enqueue_step into the optimizer's own GradClip, then one read of it: returns the global
+  // gradient norm before clipping. When it is not finite nothing is updated.
   float step(float lr_scale, float wd_scale = 1.0f, float muon_momentum = -1.0f);
   // Sharded only: every rank's gradients summed into the owners' ranges (a reduce-scatter over the
   // flat gradient buffer, in buckets of `bucket` floats); step() then reads only this rank's range.

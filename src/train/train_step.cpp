@@ -9,6 +9,7 @@
 #include "train/train_step.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,34 @@
 namespace clm {
 
 
+namespace {
+
+// The step's scalars in one device block, so that the host reads them once, at the step's end:
+// per micro-batch its two loss sums (GPT::forward_deferred), then the optimizer's GradClip.
+struct StepScalars {
+  double* d;
+  int64_t accum;
+  double* sums(int64_t a) const { return d + 2 * a; }
+  GradClip* clip() const { return reinterpret_cast<GradClip*>(d + 2 * accum); }
+  static int64_t doubles(int64_t accum) { return 2 * accum + int64_t(sizeof(GradClip) / 8); }
+};
+
+// The first micro-batch whose loss (or multi-token loss) is not finite, as the error names it;
+// "" when all are finite. Adds the finite means to loss_sum and aux in micro-batch order.
+std::string add_losses(const std::vector<double>& host, const std::vector<GPT::LossCounts>& counts,
+                       double& loss_sum, std::vector<std::pair<std::string, double>>& aux) {
+  for (size_t a = 0; a < counts.size(); ++a) {
+    const auto [loss, mtp] = GPT::loss_means(host.data() + 2 * a, counts[a]);
+    if (!std::isfinite(loss) || !std::isfinite(mtp))
+      return fmt::format("loss is {} (micro-batch {})", std::isfinite(loss) ? mtp : loss, a);
+    loss_sum += loss;
+    if (!aux.empty()) aux[0].second += mtp;  // the one auxiliary loss, the multi-token head's
+  }
+  return "";
+}
+
+}  // namespace
+
 StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const int32_t* targets,
                       int64_t accum, int B, int T, const ScheduleValues& sched, const StepOptions& o) {
   if (accum < 1) fail("train step: {} micro-batches (need at least 1)", accum);
@@ -30,6 +59,9 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
   std::unique_ptr<DeviceTimer> step_clock = be.timer(), phase = be.timer();
   StepResult r;
   step_clock->start();
+  const bool injected_nan = fault_nan_loss();  // asked once per step: the fault counts the calls
+  if (injected_nan && !comm) throw NonFiniteError("loss is nan (micro-batch 0)");
+  const StepScalars sc{model.step_scalars(StepScalars::doubles(accum)), accum};
   model.zero_grad();
   float* grads = model.grad_buffer();
   const int64_t n_grads = model.grad_floats();
@@ -38,22 +70,12 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
   // Sums of the auxiliary losses, by name; the names come from the config, the same on every rank.
   std::vector<std::pair<std::string, double>> aux = model.aux_losses();
   for (auto& e : aux) e.second = 0;
-  std::string bad;  // the first non-finite loss of this rank
+  std::vector<GPT::LossCounts> counts;
   const int64_t micro = int64_t(B) * T;
+  // Nothing is read from the device in this loop: the losses stay in their device sums.
   for (int64_t a = 0; a < accum; ++a) {
     if (o.phase_times) phase->start();
-    float loss;
-    try {
-      loss = model.forward(inputs + a * micro, targets + a * micro, B, T);
-    } catch (const NonFiniteError&) {
-      loss = NAN;
-    }
-    if (a == 0 && fault_nan_loss()) loss = NAN;
-    if (!std::isfinite(loss)) {
-      bad = fmt::format("loss is {} (micro-batch {})", loss, a);
-      if (!comm) throw NonFiniteError(bad);
-      break;  // the other ranks learn it below; nothing of this step is applied anywhere
-    }
+    counts.push_back(model.forward_deferred(inputs + a * micro, targets + a * micro, B, T, sc.sums(a)));
     if (o.phase_times) {
       r.forward_seconds += phase->stop();
       phase->start();
@@ -65,14 +87,17 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
       else be.axpy(sum, 1.0f, grads, n_grads);
     }
     if (o.phase_times) r.backward_seconds += phase->stop();
-    loss_sum += loss;
-    const auto now = model.aux_losses();
-    for (size_t i = 0; i < aux.size(); ++i) aux[i].second += now[i].second;
   }
-  if (sum && bad.empty()) be.copy(grads, sum, sizeof(float) * n_grads);
+  if (sum) be.copy(grads, sum, sizeof(float) * n_grads);
+  std::vector<double> host(size_t(StepScalars::doubles(accum)));
   if (comm) {
+    // Several ranks: the losses are read before the gradients move (the one read of a
+    // data-parallel step besides the sharded optimizer's; the communicator reduces host buffers).
     // One small all-reduce: the summed losses (main, then auxiliary) and whether any rank saw a
     // non-finite one. Every rank then throws, or averages the gradients, together.
+    be.to_host(host.data(), sc.d, sizeof(double) * 2 * size_t(accum));
+    std::string bad = add_losses(host, counts, loss_sum, aux);
+    if (injected_nan && bad.empty()) bad = "loss is nan (micro-batch 0)";
     std::vector<double> v = {loss_sum, bad.empty() ? 0.0 : 1.0};
     for (const auto& e : aux) v.push_back(e.second);
     comm->all_reduce(v.data(), int64_t(v.size()), ReduceOp::Sum);
@@ -91,13 +116,31 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     if (opt && opt->sharded()) opt->reduce_scatter_grads(o.bucket_floats);
     else comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
   }
+  if (opt) {
+    if (o.phase_times) phase->start();
+    // The update happens on the device only if the gradient norm and every loss sum are finite.
+    opt->enqueue_step(sched.lr_scale, sched.wd_scale, sched.muon_momentum, sc.clip(), sc.d, int(2 * accum));
+    if (o.phase_times) r.optimizer_seconds = phase->stop();
+  }
+  // The step's one read (single process): every loss sum and the gradient clip together.
+  be.to_host(host.data(), sc.d, sizeof(double) * host.size());
+  if (!comm) {
+    const std::string bad = add_losses(host, counts, loss_sum, aux);
+    if (!bad.empty()) {
+      if (opt) opt->step_not_applied();
+      throw NonFiniteError(bad);
+    }
+  }
   r.loss = loss_sum / double(accum * world);
   for (const auto& [name, sum_] : aux) r.aux.emplace_back(name, sum_ / double(accum * world));
   if (opt) {
-    if (o.phase_times) phase->start();
-    r.grad_norm = opt->step(sched.lr_scale, sched.wd_scale, sched.muon_momentum);
-    if (o.phase_times) r.optimizer_seconds = phase->stop();
-    if (!std::isfinite(r.grad_norm)) throw NonFiniteError(fmt::format("gradient norm is {}", r.grad_norm));
+    GradClip clip;
+    std::memcpy(&clip, host.data() + 2 * accum, sizeof(clip));
+    r.grad_norm = clip.norm;
+    if (!clip.finite) {
+      opt->step_not_applied();
+      throw NonFiniteError(fmt::format("gradient norm is {}", r.grad_norm));
+    }
   }
   r.seconds = step_clock->stop();
   if (comm) {

@@ -229,17 +229,22 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
   }
-  double softcap_xent(const SoftcapXentArgs& a) override {
-    return clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
-                             a.grad_scale, a.grad_bf16);
+  // The kernel returns the chunk's sum; "device" memory is host memory, so it is added here.
+  void softcap_xent(const SoftcapXentArgs& a) override {
+    const double sum = clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax,
+                                         a.want_grad, a.grad_scale, a.grad_bf16);
+    if (a.loss_sum) *a.loss_sum += sum;
   }
 
   void sum_squares_many(const float* const* xs, const int64_t* ns, int count, double* out) override {
     for (int i = 0; i < count; ++i) out[i] = clm::sum_squares(xs[i], ns[i]);
   }
+  // The step's scalars are read from their "device" structs (host memory here).
   void adamw_update(const AdamWArgs& a) override {
+    if (!a.clip->finite) return;
     const AdamWHyper& h = a.hyper;
-    clm::adamw_update(a.p, a.grad, a.m, a.v, a.n, a.gscale, h.lr, h.beta1, h.beta2, h.eps, h.wd, h.t,
+    const GroupStep& s = *a.step;
+    clm::adamw_update(a.p, a.grad, a.m, a.v, a.n, a.clip->gscale, s.lr, h.beta1, h.beta2, h.eps, s.wd, s.t,
                       h.cautious);
   }
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,

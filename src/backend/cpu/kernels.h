@@ -71,6 +71,7 @@
     int V, int Vp, float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,     \
     bf16* grad_bf16), (logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale,      \
     grad_bf16))                                                                                  \
+  X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                       \
   X(adamw_update, adamw_update, void, (float* p, const float* grad, float* m, float* v,          \
     int64_t n, float gscale, float lr, float beta1, float beta2, float eps, float wd, int64_t t, \
     bool cautious), (p, grad, m, v, n, gscale, lr, beta1, beta2, eps, wd, t, cautious))

@@ -40,6 +40,17 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
+void grad_clip(const GradClipArgs& a) {
+  double ss = 0;
+  for (int i = 0; i < a.count; ++i) ss += a.part[i];
+  const float norm = float(std::sqrt(ss));
+  bool finite = std::isfinite(norm);
+  for (int i = 0; i < a.n_checks; ++i) finite = finite && std::isfinite(a.checks[i]);
+  a.out->norm = norm;
+  a.out->gscale = a.max_norm > 0 && norm > a.max_norm ? a.max_norm / (norm + 1e-6f) : 1.0f;
+  a.out->finite = finite ? 1 : 0;
+}
+
 void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, float gscale, float lr, float beta1,
                   float beta2, float eps, float wd, int64_t t, bool cautious) {
   const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
@@ -60,10 +71,11 @@ void adamw_update(float* p, const float* grad, float* m, float* v, int64_t n, fl
 }
 
 void muon_momentum(const MuonMomentumArgs& a) {
+  if (!a.clip->finite) return;
   const float* grad = a.grad;
   float *buf = a.buf, *u = a.u;
   const int64_t n = a.n;
-  const float gscale = a.gscale, mu = a.mu;
+  const float gscale = a.clip->gscale, mu = a.step->mu;
   const bool nesterov = a.nesterov;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -75,11 +87,12 @@ void muon_momentum(const MuonMomentumArgs& a) {
 }
 
 void muon_apply(const MuonApplyArgs& a) {
+  if (!a.clip->finite) return;
   float* p = a.p;
   const float* o = a.o;
   const int64_t n = a.n;
   const bool cautious = a.cautious;
-  const float decay = 1.0f - a.lr * a.wd, step = a.lr * a.scale;
+  const float lr = a.step->lr, decay = 1.0f - lr * a.step->wd, step = lr * a.scale;
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float pi = p[i], d = cautious && !(o[i] * pi > 0.0f) ? 1.0f : decay;
@@ -88,6 +101,7 @@ void muon_apply(const MuonApplyArgs& a) {
 }
 
 void normuon_scale(const NormuonScaleArgs& a) {
+  if (!a.clip->finite) return;
   float *o = a.o, *v = a.v;
   const int64_t rows = a.rows, cols = a.cols;
   const float beta2 = a.beta2, eps = a.eps;

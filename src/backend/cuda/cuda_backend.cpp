@@ -1,6 +1,7 @@
 // The CUDA backend: the Backend interface on one GPU. Every op is enqueued on the backend's one
 // stream, so ops run in issue order and nothing waits for the device except what the interface
-// says waits (to_host, synchronize, a timer's stop, softcap_xent's and sum_squares' totals).
+// says waits (to_host, synchronize, a timer's stop): ops that produce a value (losses, norms)
+// write it to device memory.
 // Kernels live in ops.cu, attention.cu, attention_gemm.cu and optim.cu; this file is host code:
 // memory, cuBLASLt matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz
 // as a chain of those matmuls, the attention implementation per shape (attention_select.h), and
@@ -98,9 +99,6 @@ class CudaBackend final : public Backend {
     check(cublasCreate(&blas_), "cublasCreate");
     check(cublasSetStream(blas_, st_), "cublasSetStream");
     check(cudaMalloc(&workspace_, kWorkspace), "cudaMalloc (matmul workspace)");
-    check(cudaMalloc(reinterpret_cast<void**>(&dres_), kResults * sizeof(double)), "cudaMalloc");
-    check(cudaMallocHost(reinterpret_cast<void**>(&hres_), kResults * sizeof(double)),
-          "cudaMallocHost");
   }
   // Never destroyed: one instance per device and attention implementation lives for the process
   // (see make_cuda_backend), so no CUDA call runs after the runtime has shut down at exit.
@@ -339,64 +337,30 @@ class CudaBackend final : public Backend {
     cuda::mix2_bwd(st_, a.dout, a.x, a.x0, a.w, a.dx, a.dx0, a.dw, a.n, scratch(cuda::mix2_bwd_scratch(a.n)));
     launched("mix2_bwd");
   }
-  double softcap_xent(const SoftcapXentArgs& a) override {
+  void softcap_xent(const SoftcapXentArgs& a) override {
     use();
     cuda::softcap_xent(st_, a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
-                       a.grad_scale, scratch(cuda::softcap_xent_scratch(a.N)), dres_);
+                       a.grad_scale, scratch(cuda::softcap_xent_scratch(a.N)), a.loss_sum);
     // The bf16 copy of the gradient is one more pass over it (the CPU kernel stores it per row).
     if (a.want_grad && a.grad_bf16) cuda::f32_to_bf16(st_, a.logits, a.grad_bf16, a.N * a.Vp);
     launched("softcap_xent");
-    return fetch_results(1)[0];
   }
 
   // ---- optimizer ----
-  double sum_squares(const float* x, int64_t n) override {
-    use();
-    cuda::sum_squares(st_, x, n, dres_, scratch(cuda::sum_squares_scratch(n)));
-    launched("sum_squares");
-    return fetch_results(1)[0];
-  }
+  // Each sum straight into its device double; the scratch of chunk sums is sized for the largest
+  // array and reused in stream order (each total is written before the next array's chunks).
   void sum_squares_many(const float* const* xs, const int64_t* ns, int count,
                         double* out) override {
     use();
-    for (int i0 = 0; i0 < count; i0 += kResults) {
-      const int c = std::min(count - i0, kResults);
-      size_t need = 8;
-      for (int i = 0; i < c; ++i) need = std::max(need, cuda::sum_squares_scratch(ns[i0 + i]));
-      void* s = scratch(need);
-      // Stream order: each total is written before the next array's chunk sums reuse `s`.
-      for (int i = 0; i < c; ++i) cuda::sum_squares(st_, xs[i0 + i], ns[i0 + i], dres_ + i, s);
-      launched("sum_squares");
-      const double* r = fetch_results(c);
-      std::copy(r, r + c, out + i0);
-    }
-  }
-  void adamw_update(const AdamWArgs& a) override {
-    use();
-    // Scalars exactly as the CPU kernel forms them.
-    const AdamWHyper& h = a.hyper;
-    const float bc1 = 1.0f - float(std::pow(double(h.beta1), double(h.t)));
-    const float bc2 = 1.0f - float(std::pow(double(h.beta2), double(h.t)));
-    const float step = h.lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2), decay = 1.0f - h.lr * h.wd;
-    cuda::adamw_update(st_, a.p, a.grad, a.m, a.v, a.n, a.gscale, h.beta1, h.beta2, h.eps, step,
-                       inv_sqrt_bc2, decay, h.cautious);
-    launched("adamw_update");
-  }
-  void muon_momentum(const MuonMomentumArgs& a) override {
-    use();
-    cuda::muon_momentum(st_, a.grad, a.buf, a.u, a.n, a.gscale, a.mu, a.nesterov);
-    launched("muon_momentum");
-  }
-  void muon_apply(const MuonApplyArgs& a) override {
-    use();
-    const float decay = 1.0f - a.lr * a.wd, step = a.lr * a.scale;
-    cuda::muon_apply(st_, a.p, a.o, a.n, decay, step, a.cautious);
-    launched("muon_apply");
+    size_t need = 8;
+    for (int i = 0; i < count; ++i) need = std::max(need, cuda::sum_squares_scratch(ns[i]));
+    void* s = scratch(need);
+    for (int i = 0; i < count; ++i) cuda::sum_squares(st_, xs[i], ns[i], out + i, s);
+    launched("sum_squares_many");
   }
   void normuon_scale(const NormuonScaleArgs& a) override {
     use();
-    cuda::normuon_scale(st_, a.o, a.v, a.rows, a.cols, a.beta2, a.eps,
-                        scratch(cuda::normuon_scale_scratch(a.rows)));
+    cuda::normuon_scale(st_, a, scratch(cuda::normuon_scale_scratch(a.rows)));
     launched("normuon_scale");
   }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work
@@ -451,7 +415,6 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLASLt workspace
-  static constexpr int kResults = 4096;                   // doubles fetched per wait
 
   static int act_code(Activation a) {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
@@ -515,15 +478,6 @@ class CudaBackend final : public Backend {
       case cuda::AttnMode::Gemm: return "gemm (bf16 tensor-core GEMMs)";
       default: return fmt::format("auto, per shape: {}", attn_choices_.summary());
     }
-  }
-
-  // Copies `n` doubles of dres_ to the host and waits: the one host synchronisation of the ops
-  // that return a value.
-  const double* fetch_results(int n) {
-    check(cudaMemcpyAsync(hres_, dres_, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st_),
-          "copy result");
-    check(cudaStreamSynchronize(st_), "synchronize (a kernel before it failed)");
-    return hres_;
   }
 
   // Temporary device memory for one op at a time (ops run in stream order, so the next op may
@@ -654,8 +608,6 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* workspace_ = nullptr;
-  double* dres_ = nullptr;  // device results of the ops that return a value
-  double* hres_ = nullptr;  // pinned host copy
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   void* ns_[7] = {};

@@ -73,7 +73,7 @@ size_t mix2_bwd_scratch(int64_t n);
 void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
               float* dx0, float* dw, int64_t n, void* scratch);
 size_t softcap_xent_scratch(int64_t N);
-// Writes the summed loss (double) to *total; the caller copies it to the host.
+// Adds the summed loss (double) to the device accumulator *total (none when null).
 void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
                   float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
                   void* scratch, double* total);
@@ -81,17 +81,9 @@ void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_
 // ---- optimizer (optim.cu) ----------------------------------------------------------------------
 size_t sum_squares_scratch(int64_t n);
 void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* scratch);
-void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
-                  float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                  float decay, bool cautious);
-void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
-                   float gscale, float mu, bool nesterov);
-void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
-                bool cautious);
 // NorMuon's row normalisation (Backend::normuon_scale); scratch: normuon_scale_scratch(rows).
 size_t normuon_scale_scratch(int64_t rows);
-void normuon_scale(cudaStream_t st, float* o, float* v, int64_t rows, int64_t cols, float beta2,
-                   float eps, void* scratch);
+void normuon_scale(cudaStream_t st, const NormuonScaleArgs& a, void* scratch);
 // Newton-Schulz start and end: X (a x b, the short side first) = G or G^T times
 // 1/(sqrt(*ss) * margin + 1e-7); out = X or X^T back in G's shape.
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,

@@ -503,14 +503,14 @@ __global__ void __launch_bounds__(kXentThreads)
   }
 }
 
-// total = sum of L[n] over rows with a target >= 0 (double; strided partials, one fixed tree).
+// *total += the sum of L[n] over rows with a target >= 0 (double; strided partials, one fixed tree).
 __global__ void sum_losses_k(const float* L, const int32_t* targets, int64_t N, double* total) {
   __shared__ double sh[32];
   double acc = 0;
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
     if (!targets || targets[n] >= 0) acc += double(L[n]);
   acc = block_sum(acc, sh);
-  if (threadIdx.x == 0) *total = acc;
+  if (threadIdx.x == 0) *total += acc;  // the accumulator of a head pass's chunks
 }
 
 }  // namespace
@@ -685,7 +685,7 @@ void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_
   if (N > 0)
     softcap_xent_k<<<unsigned(N), kXentThreads, 0, st>>>(logits, targets, V, Vp, cap, L, argmax,
                                                          want_grad, grad_scale);
-  sum_losses_k<<<1, 1024, 0, st>>>(L, targets, N, total);
+  if (total) sum_losses_k<<<1, 1024, 0, st>>>(L, targets, N, total);
 }
 
 }  // namespace clm::cuda

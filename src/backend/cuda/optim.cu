@@ -32,9 +32,29 @@ __global__ void ss_total_k(const double* part, int64_t chunks, double* out) {
   if (threadIdx.x == 0) *out = acc;
 }
 
-__global__ void adamw_k(float* p, const float* grad, float* m, float* v, int64_t n, float gscale,
-                        float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                        float decay, bool cautious) {
+// The clip from the per-parameter sums: one thread, the sums added in order (the CPU's order), so
+// norm and gscale are the CPU kernel's bits.
+__global__ void grad_clip_k(GradClipArgs a) {
+  double ss = 0;
+  for (int i = 0; i < a.count; ++i) ss += a.part[i];
+  const float norm = float(sqrt(ss));
+  bool finite = isfinite(norm);
+  for (int i = 0; i < a.n_checks; ++i) finite = finite && isfinite(a.checks[i]);
+  a.out->norm = norm;
+  a.out->gscale = a.max_norm > 0 && norm > a.max_norm ? a.max_norm / (norm + 1e-6f) : 1.0f;
+  a.out->finite = finite ? 1 : 0;
+}
+
+// The step's scalars are read from device memory (GradClip, GroupStep), so a recorded launch
+// replays with whatever the host or grad_clip wrote there; bias corrections as the CPU forms them.
+__global__ void adamw_k(float* p, const float* grad, float* m, float* v, int64_t n,
+                        const GradClip* clip, const GroupStep* gs, float beta1, float beta2,
+                        float eps, bool cautious) {
+  if (!clip->finite) return;
+  const float gscale = clip->gscale, lr = gs->lr;
+  const float bc1 = 1.0f - float(pow(double(beta1), double(gs->t)));
+  const float bc2 = 1.0f - float(pow(double(beta2), double(gs->t)));
+  const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2), decay = 1.0f - lr * gs->wd;
   CLM_GRID_STRIDE(i, n) {
     const float g = grad[i] * gscale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -46,8 +66,10 @@ __global__ void adamw_k(float* p, const float* grad, float* m, float* v, int64_t
   }
 }
 
-__global__ void muon_momentum_k(const float* grad, float* buf, float* u, int64_t n, float gscale,
-                                float mu, bool nesterov) {
+__global__ void muon_momentum_k(const float* grad, float* buf, float* u, int64_t n,
+                                const GradClip* clip, const GroupStep* gs, bool nesterov) {
+  if (!clip->finite) return;
+  const float gscale = clip->gscale, mu = gs->mu;
   CLM_GRID_STRIDE(i, n) {
     const float g = grad[i] * gscale;
     const float b = mu * buf[i] + g;
@@ -56,8 +78,10 @@ __global__ void muon_momentum_k(const float* grad, float* buf, float* u, int64_t
   }
 }
 
-__global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, float step,
-                             bool cautious) {
+__global__ void muon_apply_k(float* p, const float* o, int64_t n, const GradClip* clip,
+                             const GroupStep* gs, float scale, bool cautious) {
+  if (!clip->finite) return;
+  const float lr = gs->lr, decay = 1.0f - lr * gs->wd, step = lr * scale;
   CLM_GRID_STRIDE(i, n) {
     const float pi = p[i], d = cautious && !(o[i] * pi > 0.0f) ? 1.0f : decay;
     p[i] = pi * d - step * o[i];
@@ -65,8 +89,10 @@ __global__ void muon_apply_k(float* p, const float* o, int64_t n, float decay, f
 }
 
 // One block a row: the row's sum of squares in double (kept for the norm), and v's update.
-__global__ void normuon_rows_k(const float* o, float* v, int64_t cols, float beta2, double* ss) {
+__global__ void normuon_rows_k(const float* o, float* v, int64_t cols, float beta2, double* ss,
+                               const GradClip* clip) {
   __shared__ double sh[32];
+  if (!clip->finite) return;  // the whole block alike, before its barriers
   const int64_t r = blockIdx.x;
   const float* x = o + r * cols;
   double acc = 0;
@@ -93,7 +119,8 @@ __global__ void normuon_factor_k(double* ss, const float* v, int64_t rows, float
 }
 
 __global__ void normuon_apply_k(float* o, const float* v, int64_t rows, int64_t cols, float eps,
-                                const double* f) {
+                                const double* f, const GradClip* clip) {
+  if (!clip->finite) return;
   const double ff = f[rows];
   CLM_GRID_STRIDE(i, rows * cols) {
     const int64_t r = i / cols;
@@ -145,34 +172,36 @@ void sum_squares(cudaStream_t st, const float* x, int64_t n, double* out, void* 
   ss_total_k<<<1, 1024, 0, st>>>(part, chunks, out);
 }
 
-void adamw_update(cudaStream_t st, float* p, const float* grad, float* m, float* v, int64_t n,
-                  float gscale, float beta1, float beta2, float eps, float step, float inv_sqrt_bc2,
-                  float decay, bool cautious) {
-  if (n > 0)
-    adamw_k<<<grid_for(n), kThreads, 0, st>>>(p, grad, m, v, n, gscale, beta1, beta2, eps, step,
-                                              inv_sqrt_bc2, decay, cautious);
+void grad_clip(cudaStream_t st, const GradClipArgs& a) { grad_clip_k<<<1, 1, 0, st>>>(a); }
+
+void adamw_update(cudaStream_t st, const AdamWArgs& a) {
+  const AdamWHyper& h = a.hyper;
+  if (a.n > 0)
+    adamw_k<<<grid_for(a.n), kThreads, 0, st>>>(a.p, a.grad, a.m, a.v, a.n, a.clip, a.step, h.beta1,
+                                                h.beta2, h.eps, h.cautious);
 }
 
-void muon_momentum(cudaStream_t st, const float* grad, float* buf, float* u, int64_t n,
-                   float gscale, float mu, bool nesterov) {
-  if (n > 0)
-    muon_momentum_k<<<grid_for(n), kThreads, 0, st>>>(grad, buf, u, n, gscale, mu, nesterov);
+void muon_momentum(cudaStream_t st, const MuonMomentumArgs& a) {
+  if (a.n > 0)
+    muon_momentum_k<<<grid_for(a.n), kThreads, 0, st>>>(a.grad, a.buf, a.u, a.n, a.clip, a.step,
+                                                        a.nesterov);
 }
 
-void muon_apply(cudaStream_t st, float* p, const float* o, int64_t n, float decay, float step,
-                bool cautious) {
-  if (n > 0) muon_apply_k<<<grid_for(n), kThreads, 0, st>>>(p, o, n, decay, step, cautious);
+void muon_apply(cudaStream_t st, const MuonApplyArgs& a) {
+  if (a.n > 0)
+    muon_apply_k<<<grid_for(a.n), kThreads, 0, st>>>(a.p, a.o, a.n, a.clip, a.step, a.scale,
+                                                     a.cautious);
 }
 
 size_t normuon_scale_scratch(int64_t rows) { return size_t(std::max<int64_t>(rows, 0) + 1) * 8; }
 
-void normuon_scale(cudaStream_t st, float* o, float* v, int64_t rows, int64_t cols, float beta2,
-                   float eps, void* scratch) {
+void normuon_scale(cudaStream_t st, const NormuonScaleArgs& a, void* scratch) {
+  const int64_t rows = a.rows, cols = a.cols;
   if (rows <= 0 || cols <= 0) return;
   auto* ss = static_cast<double*>(scratch);
-  normuon_rows_k<<<unsigned(rows), kThreads, 0, st>>>(o, v, cols, beta2, ss);
-  normuon_factor_k<<<1, 1024, 0, st>>>(ss, v, rows, eps);
-  normuon_apply_k<<<grid_for(rows * cols), kThreads, 0, st>>>(o, v, rows, cols, eps, ss);
+  normuon_rows_k<<<unsigned(rows), kThreads, 0, st>>>(a.o, a.v, cols, a.beta2, ss, a.clip);
+  normuon_factor_k<<<1, 1024, 0, st>>>(ss, a.v, rows, a.eps);
+  normuon_apply_k<<<grid_for(rows * cols), kThreads, 0, st>>>(a.o, a.v, rows, cols, a.eps, ss, a.clip);
 }
 
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n) {
