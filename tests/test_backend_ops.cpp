@@ -1114,6 +1114,102 @@ TEST_P(BackendOps, ResidualScaleAxpy) {
   }
 }
 
+// The element-wise ops on views that start at any element (a device may move several elements a
+// load where the pointers allow it, one otherwise): at each start offset and for lengths that are
+// and are not multiples of a vector, the result is the offset-0 result bit for bit, and nothing
+// outside the view is written.
+TEST_P(BackendOps, ElementWiseOpsAtAnyAlignment) {
+  Backend& b = be();
+  constexpr int64_t kGuard = 5;
+  // Runs `op(in0, in1, out, n)` on views at offset `off` into buffers of inputs x, y and a NaN
+  // output of element type Out; returns the view's output as fp32 after checking the guards.
+  auto run_at = [&]<typename Out>(int64_t off, const VecF& x, const VecF& y, Out guard,
+                                  const std::function<void(const float*, const float*, Out*, int64_t)>& op) {
+    const int64_t n = int64_t(x.size());
+    auto padded = [&](const VecF& v) {
+      VecF p(size_t(off + n + kGuard), 0.5f);
+      std::copy(v.begin(), v.end(), p.begin() + off);
+      return p;
+    };
+    Dev<float> xd(b, padded(x)), yd(b, padded(y));
+    Dev<Out> od(b, std::vector<Out>(size_t(off + n + kGuard), guard));
+    op(xd.p() + off, yd.p() + off, od.p() + off, n);
+    const std::vector<Out> o = od.get();
+    for (int64_t i = 0; i < off; ++i) EXPECT_EQ(std::memcmp(&o[size_t(i)], &guard, sizeof(Out)), 0) << "before " << i;
+    for (int64_t i = off + n; i < off + n + kGuard; ++i)
+      EXPECT_EQ(std::memcmp(&o[size_t(i)], &guard, sizeof(Out)), 0) << "after " << i - off - n;
+    VecF out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<Out, bf16>) out[size_t(i)] = bf16_to_f32(o[size_t(off + i)]);
+      else out[size_t(i)] = o[size_t(off + i)];
+    }
+    return out;
+  };
+  using F32Op = std::function<void(const float*, const float*, float*, int64_t)>;
+  using Bf16Op = std::function<void(const float*, const float*, bf16*, int64_t)>;
+  const Dev<float> w(b, VecF{0.75f, -1.25f});
+  const std::vector<std::pair<const char*, F32Op>> f32_ops = {
+      {"residual", [&](const float* x, const float* y, float* o, int64_t n) { b.residual_fwd(x, y, o, n); }},
+      {"mix2", [&](const float* x, const float* y, float* o, int64_t n) { b.mix2_fwd(x, y, w.p(), o, n); }},
+      {"scale", [&](const float* x, const float*, float* o, int64_t n) {
+         b.residual_fwd(x, x, o, n);  // o = 2x, then scaled in place
+         b.scale(o, -0.37f, n);
+       }},
+      {"axpy", [&](const float* x, const float* y, float* o, int64_t n) {
+         b.residual_fwd(y, y, o, n);
+         b.axpy(o, 0.731f, x, n);
+       }},
+      {"softcap", [&](const float* x, const float* y, float* o, int64_t n) {
+         b.residual_fwd(x, y, o, n);
+         b.softcap_fwd(o, n, 2.0f);
+       }},
+      {"relu2", [&](const float* x, const float*, float* o, int64_t n) {
+         b.activation_fwd(Activation::ReLU2, x, o, DType::F32, 1, n);
+       }},
+      {"gelu'", [&](const float* x, const float* y, float* o, int64_t n) {
+         b.activation_bwd(Activation::GELU, x, y, o, DType::F32, 1, n);
+       }},
+  };
+  const std::vector<std::pair<const char*, Bf16Op>> bf16_ops = {
+      {"to bf16", [&](const float* x, const float*, bf16* o, int64_t n) { b.f32_to_bf16(x, o, n); }},
+      {"gelu bf16", [&](const float* x, const float*, bf16* o, int64_t n) {
+         b.activation_fwd(Activation::GELU, x, o, DType::BF16, 1, n);
+       }},
+      {"relu2' bf16", [&](const float* x, const float* y, bf16* o, int64_t n) {
+         b.activation_bwd(Activation::ReLU2, x, y, o, DType::BF16, 1, n);
+       }},
+  };
+  for (int64_t n : {int64_t(5), int64_t(4099)}) {
+    const VecF x = randn(size_t(n), 141, 2.0f), y = randn(size_t(n), 142);
+    for (const auto& [name, op] : f32_ops) {
+      SCOPED_TRACE(testing::Message() << name << " n" << n);
+      const VecF want = run_at.template operator()<float>(0, x, y, kNaN, op);
+      for (int64_t off : {1, 2, 3, 4}) expect_same(run_at.template operator()<float>(off, x, y, kNaN, op), want, "offset");
+    }
+    for (const auto& [name, op] : bf16_ops) {
+      SCOPED_TRACE(testing::Message() << name << " n" << n);
+      const VecF want = run_at.template operator()<bf16>(0, x, y, kBf16NaN, op);
+      for (int64_t off : {1, 2, 3, 4}) expect_same(run_at.template operator()<bf16>(off, x, y, kBf16NaN, op), want, "offset");
+    }
+  }
+  // bf16 -> fp32 reads four elements as 8 bytes: views of a bf16 buffer at every offset.
+  for (int64_t n : {int64_t(5), int64_t(4099)})
+    for (int64_t off : {0, 1, 2, 3, 4}) {
+      SCOPED_TRACE(testing::Message() << "to fp32 n" << n << " offset " << off);
+      const VecH h = bf16_bits(randn(size_t(n), 143, 3.0f));
+      VecH hp(size_t(off + n + kGuard), 0x3f80);
+      std::copy(h.begin(), h.end(), hp.begin() + off);
+      Dev<bf16> hd(b, hp);
+      Dev<float> od = nan_out(b, size_t(off + n + kGuard));
+      b.bf16_to_f32(hd.p() + off, od.p() + off, n);
+      const VecF o = od.get();
+      for (int64_t i = 0; i < off + n + kGuard; ++i) {
+        if (i < off || i >= off + n) EXPECT_TRUE(std::isnan(o[size_t(i)])) << "outside the view: " << i;
+        else ASSERT_EQ(o[size_t(i)], bf16_to_f32(h[size_t(i - off)])) << i;
+      }
+    }
+}
+
 // =================================================================================================
 // Softcapped cross-entropy, softcap
 // =================================================================================================

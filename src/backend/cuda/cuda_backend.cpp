@@ -340,9 +340,8 @@ class CudaBackend final : public Backend {
   void softcap_xent(const SoftcapXentArgs& a) override {
     use();
     cuda::softcap_xent(st_, a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
-                       a.grad_scale, scratch(cuda::softcap_xent_scratch(a.N)), a.loss_sum);
-    // The bf16 copy of the gradient is one more pass over it (the CPU kernel stores it per row).
-    if (a.want_grad && a.grad_bf16) cuda::f32_to_bf16(st_, a.logits, a.grad_bf16, a.N * a.Vp);
+                       a.grad_scale, a.want_grad ? a.grad_bf16 : nullptr, scratch(cuda::softcap_xent_scratch(a.N)),
+                       a.loss_sum);
     launched("softcap_xent");
   }
 

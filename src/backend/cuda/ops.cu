@@ -341,56 +341,73 @@ __global__ void merge_heads_k(const float* y, OutT* x, int64_t ld, int B, int T,
 // ---- MLP activations ----------------------------------------------------------------------------
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 
+// relu2 and gelu act on each element alone (value_of/grad_of, run as element-wise maps); swiglu
+// pairs column c of a row's up half with column c of its gate half (its own kernels).
+__device__ __forceinline__ float act_value(int act, float v) {
+  if (act == 0) {  // relu2
+    const float r = v > 0 ? v : 0.0f;
+    return r * r;
+  }
+  const float u = kGeluC * (v + 0.044715f * v * v * v);  // gelu, tanh approximation
+  return 0.5f * v * (1.0f + tanhf(u));
+}
+__device__ __forceinline__ float act_grad(int act, float v, float dy) {
+  if (act == 0) return v > 0 ? 2.0f * v * dy : 0.0f;
+  const float u = kGeluC * (v + 0.044715f * v * v * v);
+  const float th = tanhf(u);
+  const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+  return dy * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
+struct ActValue {
+  int act;
+  __device__ float operator()(float v) const { return act_value(act, v); }
+};
+struct ActGrad {
+  int act;
+  __device__ float operator()(float v, float dy) const { return act_grad(act, v, dy); }
+};
+
 template <typename OutT>
-__global__ void act_fwd_k(int act, const float* h, OutT* y, int64_t N, int64_t Hd) {
+__global__ void swiglu_fwd_k(const float* h, OutT* y, int64_t N, int64_t Hd) {
   CLM_GRID_STRIDE(i, N * Hd) {
-    if (act == 0) {  // relu2
-      const float r = h[i] > 0 ? h[i] : 0.0f;
-      put(y + i, r * r);
-    } else if (act == 1) {  // gelu, tanh approximation
-      const float v = h[i];
-      const float u = kGeluC * (v + 0.044715f * v * v * v);
-      put(y + i, 0.5f * v * (1.0f + tanhf(u)));
-    } else {  // swiglu: row [up | gate]
-      const int64_t n = i / Hd, c = i - n * Hd;
-      const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
-      const float sg = 1.0f / (1.0f + expf(-g));
-      put(y + i, up * g * sg);
-    }
+    const int64_t n = i / Hd, c = i - n * Hd;
+    const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
+    const float sg = 1.0f / (1.0f + expf(-g));
+    put(y + i, up * g * sg);
   }
 }
 
 template <typename OutT>
-__global__ void act_bwd_k(int act, const float* h, const float* dy, OutT* dh, int64_t N,
-                          int64_t Hd) {
+__global__ void swiglu_bwd_k(const float* h, const float* dy, OutT* dh, int64_t N, int64_t Hd) {
   CLM_GRID_STRIDE(i, N * Hd) {
-    if (act == 0) {
-      put(dh + i, h[i] > 0 ? 2.0f * h[i] * dy[i] : 0.0f);
-    } else if (act == 1) {
-      const float v = h[i];
-      const float u = kGeluC * (v + 0.044715f * v * v * v);
-      const float th = tanhf(u);
-      const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-      put(dh + i, dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du));
-    } else {
-      const int64_t n = i / Hd, c = i - n * Hd;
-      const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
-      const float sg = 1.0f / (1.0f + expf(-g));
-      put(dh + n * 2 * Hd + c, dy[i] * g * sg);
-      put(dh + n * 2 * Hd + Hd + c, dy[i] * up * sg * (1.0f + g * (1.0f - sg)));
-    }
+    const int64_t n = i / Hd, c = i - n * Hd;
+    const float up = h[n * 2 * Hd + c], g = h[n * 2 * Hd + Hd + c];
+    const float sg = 1.0f / (1.0f + expf(-g));
+    put(dh + n * 2 * Hd + c, dy[i] * g * sg);
+    put(dh + n * 2 * Hd + Hd + c, dy[i] * up * sg * (1.0f + g * (1.0f - sg)));
   }
 }
 
 // ---- element-wise -------------------------------------------------------------------------------
-__global__ void residual_k(const float* a, const float* b, float* out, int64_t n) {
-  CLM_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
-}
-__global__ void scale_k(float* x, float s, int64_t n) { CLM_GRID_STRIDE(i, n) x[i] *= s; }
-__global__ void mix2_fwd_k(const float* x, const float* x0, const float* w, float* out, int64_t n) {
-  const float a = w[0], b = w[1];
-  CLM_GRID_STRIDE(i, n) out[i] = a * x[i] + b * x0[i];
-}
+struct Add {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct Scale {
+  float s;
+  __device__ float operator()(float x) const { return x * s; }
+};
+struct Axpy {  // y + a x
+  float a;
+  __device__ float operator()(float y, float x) const { return y + a * x; }
+};
+struct Mix2 {  // w[0] x + w[1] x0, the weights read on the device
+  const float* w;
+  __device__ float operator()(float x, float x0) const { return w[0] * x + w[1] * x0; }
+};
+struct Softcap {
+  float cap, inv;
+  __device__ float operator()(float z) const { return cap * tanhf(z * inv); }
+};
 // One block per 16K-element chunk (the CPU's chunks): the element-wise part, and the chunk's two
 // sums in double into part[2c], part[2c+1].
 constexpr int64_t kMixChunk = 16384;
@@ -419,12 +436,6 @@ __global__ void mix2_total_k(const double* part, int64_t chunks, float* dw) {
   sx0 = block_sum(sx0, sh);
   if (threadIdx.x == 0) dw[0] += float(sx), dw[1] += float(sx0);
 }
-__global__ void axpy_k(float* y, float a, const float* x, int64_t n) {
-  CLM_GRID_STRIDE(i, n) y[i] += a * x[i];
-}
-__global__ void softcap_k(float* z, int64_t n, float cap, float inv) {
-  CLM_GRID_STRIDE(i, n) z[i] = cap * tanhf(z[i] * inv);
-}
 
 // ---- softcap + cross-entropy --------------------------------------------------------------------
 // Running (max, sum of exp(x - max), first index of the max) of a sequence; merge() is symmetric in
@@ -441,13 +452,25 @@ __device__ __forceinline__ LseState lse_merge(LseState a, LseState b) {
   return r;
 }
 
+// The gradient of one softcapped logit s before the target's one-hot term, and that term; the
+// fp32 and bf16 outputs take both from here, the term subtracted with __fsub_rn (never fused into
+// an FMA), so the bf16 gradient is exactly the fp32 one rounded.
+__device__ __forceinline__ float xent_grad(float s, float lse, float gs, bool capped, float inv) {
+  const float ds = expf(s - lse) * gs;
+  return capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
+}
+__device__ __forceinline__ float one_hot_term(float s_target, float gs, bool capped, float inv) {
+  return capped ? __fmul_rn(gs, 1.0f - (s_target * inv) * (s_target * inv)) : gs;
+}
+
 // One block per row: softcap in place (z becomes s, as on the CPU), one pass for the max, the sum
-// of exponentials and the argmax (online), then the loss and, with want_grad, the gradient in
-// place.
+// of exponentials and the argmax (online), then the loss and, with want_grad, the gradient: in
+// place in z, or with g16 set in bf16 into g16 only (z then keeps the softcapped logits), which
+// saves the separate conversion pass over the whole gradient.
 constexpr int kXentThreads = 512;
 __global__ void __launch_bounds__(kXentThreads)
     softcap_xent_k(float* logits, const int32_t* targets, int V, int Vp, float cap, float* L,
-                   int32_t* argmax, bool want_grad, float gs) {
+                   int32_t* argmax, bool want_grad, float gs, uint16_t* g16_all) {
   __shared__ LseState sh[kXentThreads / 32];
   const int64_t n = blockIdx.x;
   float* z = logits + n * Vp;
@@ -485,22 +508,29 @@ __global__ void __launch_bounds__(kXentThreads)
     if (argmax) argmax[n] = st.i == INT_MAX ? V - 1 : st.i;
   }
   if (!want_grad) return;
+  // The target's softcapped logit as the one-hot term reads it (lse - loss, as the CPU forms it).
+  const float term = tg >= 0 ? one_hot_term(lse - loss, gs, capped, inv) : 0.0f;
+  if (g16_all) {
+    uint16_t* g16 = g16_all + n * Vp;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+      float v = 0.0f;
+      if (tg >= 0 && j < V) {
+        v = xent_grad(z[j], lse, gs, capped, inv);
+        if (j == tg) v = __fsub_rn(v, term);
+      }
+      g16[j] = bf16_round(v);
+    }
+    return;
+  }
   __syncthreads();  // every thread has read z[tg] before it is overwritten
   if (tg < 0) {
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = 0.0f;
     return;
   }
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    const float s = z[j];
-    const float ds = expf(s - lse) * gs;
-    z[j] = capped ? ds * (1.0f - (s * inv) * (s * inv)) : ds;
-  }
+  for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = xent_grad(z[j], lse, gs, capped, inv);
   for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) z[j] = 0.0f;
   __syncthreads();
-  if (threadIdx.x == 0) {  // the one-hot term; s_t was overwritten, it equals lse - loss
-    const float st_ = lse - loss;
-    z[tg] -= gs * (capped ? (1.0f - (st_ * inv) * (st_ * inv)) : 1.0f);
-  }
+  if (threadIdx.x == 0) z[tg] = __fsub_rn(z[tg], term);
 }
 
 // *total += the sum of L[n] over rows with a target >= 0 (double; strided partials, one fixed tree).
@@ -632,29 +662,46 @@ void merge_heads(cudaStream_t st, const MergeHeadsArgs& a) {
     merge_heads_k<<<grid_for(n), kThreads, 0, st>>>(a.y, static_cast<float*>(a.x), a.ld, a.B, a.T, a.nh, a.hd);
 }
 
+// Element-wise activation into an fp32 or bf16 output: one launcher for both output types.
+template <typename OutT>
+void activation_fwd_to(cudaStream_t st, int act, const float* h, OutT* y, int64_t N, int64_t Hd) {
+  if (act == 2)
+    swiglu_fwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(h, y, N, Hd);
+  else
+    launch_map(st, Map1<ActValue, float, OutT>{h, y, ActValue{act}}, N * Hd);
+}
+template <typename OutT>
+void activation_bwd_to(cudaStream_t st, int act, const float* h, const float* dy, OutT* dh, int64_t N,
+                       int64_t Hd) {
+  if (act == 2)
+    swiglu_bwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(h, dy, dh, N, Hd);
+  else
+    launch_map(st, Map2<ActGrad, OutT>{h, dy, dh, ActGrad{act}}, N * Hd);
+}
+
 void activation_fwd(cudaStream_t st, int act, const float* h, void* y, bool y_bf16, int64_t N,
                     int64_t Hd) {
   if (N * Hd == 0) return;
   if (y_bf16)
-    act_fwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, static_cast<uint16_t*>(y), N, Hd);
+    activation_fwd_to(st, act, h, static_cast<uint16_t*>(y), N, Hd);
   else
-    act_fwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, static_cast<float*>(y), N, Hd);
+    activation_fwd_to(st, act, h, static_cast<float*>(y), N, Hd);
 }
 
 void activation_bwd(cudaStream_t st, int act, const float* h, const float* dy, void* dh,
                     bool dh_bf16, int64_t N, int64_t Hd) {
   if (N * Hd == 0) return;
   if (dh_bf16)
-    act_bwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, dy, static_cast<uint16_t*>(dh), N, Hd);
+    activation_bwd_to(st, act, h, dy, static_cast<uint16_t*>(dh), N, Hd);
   else
-    act_bwd_k<<<grid_for(N * Hd), kThreads, 0, st>>>(act, h, dy, static_cast<float*>(dh), N, Hd);
+    activation_bwd_to(st, act, h, dy, static_cast<float*>(dh), N, Hd);
 }
 
 void residual_fwd(cudaStream_t st, const float* a, const float* b, float* out, int64_t n) {
-  if (n > 0) residual_k<<<grid_for(n), kThreads, 0, st>>>(a, b, out, n);
+  launch_map(st, Map2<Add, float>{a, b, out, Add{}}, n);
 }
 void mix2_fwd(cudaStream_t st, const float* x, const float* x0, const float* w, float* out, int64_t n) {
-  if (n > 0) mix2_fwd_k<<<grid_for(n), kThreads, 0, st>>>(x, x0, w, out, n);
+  launch_map(st, Map2<Mix2, float>{x, x0, out, Mix2{w}}, n);
 }
 size_t mix2_bwd_scratch(int64_t n) { return size_t(std::max<int64_t>((n + kMixChunk - 1) / kMixChunk, 1)) * 16; }
 void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
@@ -666,25 +713,25 @@ void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x
   mix2_total_k<<<1, 1024, 0, st>>>(part, chunks, dw);
 }
 void scale(cudaStream_t st, float* x, float s, int64_t n) {
-  if (n > 0) scale_k<<<grid_for(n), kThreads, 0, st>>>(x, s, n);
+  launch_map(st, Map1<Scale, float, float>{x, x, Scale{s}}, n);
 }
 void axpy(cudaStream_t st, float* y, float a, const float* x, int64_t n) {
-  if (n > 0) axpy_k<<<grid_for(n), kThreads, 0, st>>>(y, a, x, n);
+  launch_map(st, Map2<Axpy, float>{y, x, y, Axpy{a}}, n);
 }
 void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap) {
   if (cap <= 0 || n == 0) return;
-  softcap_k<<<grid_for(n), kThreads, 0, st>>>(z, n, cap, 1.0f / cap);
+  launch_map(st, Map1<Softcap, float, float>{z, z, Softcap{cap, 1.0f / cap}}, n);
 }
 
 size_t softcap_xent_scratch(int64_t N) { return size_t(std::max<int64_t>(N, 1)) * 4; }
 
 void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
                   float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
-                  void* scratch, double* total) {
+                  bf16_t* grad_bf16, void* scratch, double* total) {
   float* L = loss ? loss : static_cast<float*>(scratch);
   if (N > 0)
     softcap_xent_k<<<unsigned(N), kXentThreads, 0, st>>>(logits, targets, V, Vp, cap, L, argmax,
-                                                         want_grad, grad_scale);
+                                                         want_grad, grad_scale, grad_bf16);
   if (total) sum_losses_k<<<1, 1024, 0, st>>>(L, targets, N, total);
 }
 

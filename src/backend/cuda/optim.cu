@@ -128,13 +128,9 @@ __global__ void normuon_apply_k(float* o, const float* v, int64_t rows, int64_t 
   }
 }
 
-__global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {
-  CLM_GRID_STRIDE(i, n) y[i] = bf16_round(x[i]);
-}
-
-__global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
-  CLM_GRID_STRIDE(i, n) y[i] = __uint_as_float(uint32_t(x[i]) << 16);
-}
+struct Same {  // a conversion is the map of the identity: the load widens, the store rounds
+  __device__ float operator()(float v) const { return v; }
+};
 
 // X[i][j] (a x b) = (tr ? G[j][i] : G[i][j]) * inv, inv = 1/(sqrt(ss) + 1e-7) as the CPU forms it.
 __global__ void ns_load_k(const float* G, float* X, int64_t rows, int64_t cols, bool tr,
@@ -205,11 +201,11 @@ void normuon_scale(cudaStream_t st, const NormuonScaleArgs& a, void* scratch) {
 }
 
 void f32_to_bf16(cudaStream_t st, const float* x, bf16_t* y, int64_t n) {
-  if (n > 0) f32_to_bf16_k<<<grid_for(n), kThreads, 0, st>>>(x, y, n);
+  launch_map(st, Map1<Same, float, uint16_t>{x, y, Same{}}, n);
 }
 
 void bf16_to_f32(cudaStream_t st, const bf16_t* x, float* y, int64_t n) {
-  if (n > 0) bf16_to_f32_k<<<grid_for(n), kThreads, 0, st>>>(x, y, n);
+  launch_map(st, Map1<Same, uint16_t, float>{x, y, Same{}}, n);
 }
 
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
