@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer as tp  # noqa: E402  (sets the BLAS threads before torch loads)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from gpu_compare import H100_BF16_FLOPS  # noqa: E402
 from peer_data import Bpb, Dataset  # noqa: E402
 
-H100_BF16_FLOPS = 989e12  # NVIDIA's H100 SXM datasheet, dense bf16 tensor-core FLOP/s
 # Model options clocklm has and this peer's GPT does not: a config must leave them at their default.
 UNMODELLED = dict(attn_window=0, bigram_buckets=0, mtp_weight=0.0, value_embeds=0, x0_skips=False)
 
@@ -79,6 +79,19 @@ def batched_newton_schulz(sched, margin):
     return ns
 
 
+_NS = {}
+
+
+def newton_schulz_for(coeffs, steps, compiled):
+    """One function per schedule for the whole process, so that a second optimizer (after the
+    compilation warmup) reuses the compiled code."""
+    key = (coeffs, steps, compiled)
+    if key not in _NS:
+        ns = batched_newton_schulz(*tp.ns_schedule(coeffs, steps))
+        _NS[key] = torch.compile(ns, dynamic=False) if compiled else ns
+    return _NS[key]
+
+
 class StackedMuon:
     """Muon over all matrix parameters: buf = mu buf + g; u = g + mu buf (Nesterov) or buf; the row
     blocks clocklm orthogonalises separately (wq | wk | wv, w_in | w_gate) grouped by shape and
@@ -94,9 +107,7 @@ class StackedMuon:
             for r in splits or [p.shape[0]]:
                 self.groups.setdefault((r, p.shape[1]), []).append((i, r0))
                 r0 += r
-        sched, margin = tp.ns_schedule(c.get("ns_coeffs", "quintic"), c["ns_steps"])
-        ns = batched_newton_schulz(sched, margin)
-        self.ns = torch.compile(ns, dynamic=False) if compile_ns else ns
+        self.ns = newton_schulz_for(c.get("ns_coeffs", "quintic"), c["ns_steps"], compile_ns)
 
     @torch.no_grad()
     def step(self, lr, momentum, wd):
