@@ -180,12 +180,12 @@ compare() {
 }
 TORCH_CUDA=0
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1 && TORCH_CUDA=1
-# Before any GPU minute goes to the peer: the peer runs at all here (two eager/compiled steps of a
-# one-layer model on the CPU), or says why not.
+# Before any GPU minute goes to the peer: the peer runs at all here (two eager steps of a one-layer
+# model on the CPU; its first line lists what this torch lacks), or says why not.
 if "$PY" -c "import torch" > /dev/null 2>&1; then
   step peer_smoke_cpu 120 "$PY" "$ROOT/bench/torch_compiled_peer.py" --config d4 --set model.n_layer=1 \
     --set model.d_model=64 --set model.n_head=1 --set model.n_kv_head=1 --set model.vocab_size=512 \
-    --clocklm "$BIN" --device cpu --precision fp32 --batch 2 --seq 64 --steps 2 --warmup 1 &&
+    --clocklm "$BIN" --device cpu --precision fp32 --no-compile --batch 2 --seq 64 --steps 2 --warmup 1 &&
     say "  peer smoke (cpu): $(grep -m1 'unavailable here' "$LOGS/peer_smoke_cpu.log" | sed 's/^compiled_peer: //')"
 else
   say "PyTorch peer: python3 cannot import torch here: the peer steps are skipped"

@@ -3,7 +3,6 @@
 # file, the loader's BOS-aligned rows (docs/DATA.md, src/data/loader.cpp) and bits per byte counted
 # as src/eval/bpb.cpp counts it. The peers read the very token files clocklm trains on; nothing is
 # tokenized again.
-import array
 import json
 import math
 import os
@@ -23,9 +22,11 @@ def read_shard(path):
     version, width, n, vocab = struct.unpack_from("<IIQI", raw, 8)
     if version != 1 or width not in (2, 4) or len(raw) != SHARD_HEADER + n * width:
         raise ValueError(f"{path}: version {version}, width {width}, {n} tokens do not match its size")
-    a = array.array("H" if width == 2 else "I")
-    a.frombytes(raw[SHARD_HEADER:])
-    return torch.tensor(a, dtype=torch.int64) if n else torch.zeros(0, dtype=torch.int64)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    # Little-endian unsigned ids read as signed of the same width, then masked back.
+    signed = torch.frombuffer(bytearray(raw[SHARD_HEADER:]), dtype=torch.int16 if width == 2 else torch.int32)
+    return signed.to(torch.int64) & (0xFFFF if width == 2 else 0xFFFFFFFF)
 
 
 def token_bytes(tokenizer_path):

@@ -206,7 +206,7 @@ def build(args, vocab=None):
     T = args.seq or m["seq_len"]
     model = tp.GPT(m, T).to(args.device)
     step_fn = torch.compile(model) if feats["compile"] else model
-    missing = [k for k, v in feats.items() if not v]
+    missing = [k + (" (--no-compile)" if k == "compile" and args.no_compile else "") for k, v in feats.items() if not v]
     log(f"{name}: torch {torch.__version__}, {args.device}, T {T}; unavailable here: "
         f"{', '.join(missing) if missing else 'nothing'}" + (" (eager, manual causal attention)" if not feats["sdpa"] else ""))
     return name, m, optim, train, model, step_fn, feats, T
