@@ -55,6 +55,8 @@ def flops_per_token(args, m, T):
     line `clocklm model` prints for this model at row length T."""
     sets = [f"model.{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in m.items()
             if k in tp.MODEL_DEFAULTS and k != "seq_len"] + [f"model.seq_len={T}"]
+    # A batch of one row keeps the config valid at any T (the count does not depend on it).
+    sets += ["train.micro_batch=1", f"train.batch_tokens={T}", "train.batch_schedule=", "train.seq_schedule="]
     cmd = [args.clocklm, "model", "--config", args.config] + [x for s in args.set + sets for x in ("--set", s)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     hit = re.search(r"training FLOPs per token \(T=(\d+)\): ([0-9.eE+-]+)", r.stdout)
