@@ -232,10 +232,11 @@ fi
 
 # ---- (f) the first load of clocklm's HF export by transformers itself -------------------------------
 if [ -f "$SIDE_RUN/summary.json" ]; then
-  "$PY" -c 'import random; r = random.Random(7); [print(" ".join(str(r.randrange(50000)) for _ in range(32))) for _ in range(2)]' \
-    > "$OUT/hf_ids.txt"
+  # Two rows of 32 random ids of the dataset's vocabulary; clocklm's logits from its CPU fp32 path.
+  "$PY" -c 'import json, random, sys; v = json.load(open(sys.argv[1]))["tokenizer"]["vocab_size"]; r = random.Random(7)
+[print(" ".join(str(r.randrange(v)) for _ in range(32))) for _ in range(2)]' "$DATA/manifest.json" > "$OUT/hf_ids.txt"
   step hf_export 60 "$BIN" export --checkpoint "$SIDE_RUN" --format hf --out "$OUT/hf" --force &&
-    step hf_logits 60 "$BIN" eval logits --checkpoint "$SIDE_RUN" --input "$OUT/hf_ids.txt" --out "$OUT/hf_clocklm.bin" &&
+    step hf_logits 60 "$BIN" eval logits --checkpoint "$SIDE_RUN" --input "$OUT/hf_ids.txt" --out "$OUT/hf_clocklm.bin" --device cpu &&
     step hf_check 120 "$PY" "$ROOT/bench/hf_check.py" "$OUT/hf" --input "$OUT/hf_ids.txt" --logits "$OUT/hf_clocklm.bin" &&
     say "  $(tail -1 "$LOGS/hf_check.log")"
 else
