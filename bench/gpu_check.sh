@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks for one short GPU window (about 15 minutes of device time, this script
-# well under 10): run the op tests (the attention ones per CUDA attention implementation) and the
-# CPU-parity tests on the GPU, measure the bf16 (and fp32) cuBLASLt matmul peak at 8192^3, the
-# attention TFLOP/s of each implementation and auto's pick, time training steps of baseline-50m
-# and d12 at seq 2048 with tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the
-# PyTorch peer on the same configs when torch with CUDA is installed. Every step is timed and its exit status recorded; a
-# failed step is reported and the script goes on. Everything goes to one results file.
+# about 9): which cuDNN clocklm loaded (`clocklm info`), the op tests (the attention ones per CUDA
+# attention implementation) and the CPU-parity tests on the GPU, the bf16 (and fp32) cuBLASLt matmul
+# peak at 8192^3, training steps of baseline-50m and d12 at seq 2048 beside the compiled PyTorch peer
+# (bench/torch_compiled_peer.py: torch.compile, SDPA, batched Muon) with tokens/s and MFU of both
+# over both peaks, two minutes of training each of clocklm and the peer on the bundle's prepared
+# dataset with val bpb side by side (bench/gpu_compare.py), the first load of clocklm's HF export by
+# transformers (bench/hf_check.py), then the attention TFLOP/s of each implementation, Newton-Schulz
+# and a per-op profile. Every step is timed and its exit status recorded; a failed step is reported
+# and the script goes on. Everything goes to one results file, written to paste into bench/RESULTS.md.
 #
 # The test step cannot pass empty: it fails unless a CUDA device was found and every CUDA instance
 # of the op tests (one per op test per device, two per attention op test per device: fp32 and
@@ -17,7 +20,11 @@
 #        bench/gpu_check.sh                             (builds with CUDA into build-gpu first)
 # env:   OUT (results folder, default ./gpu-results), JOBS (build jobs, default nproc), CUDA_ARCH
 #        (default: the GPU's own), BUDGET (seconds after which no step starts, default 540),
-#        BUILD_DIR (default build-gpu)
+#        BUILD_DIR (default build-gpu), BATCH (rows of 2048 in the speed steps, default 16),
+#        DATA (prepared dataset of the side-by-side run, default the bundle's data/), SIDE_SECONDS
+#        (default 120), SIDE_CONFIG (default d12), SIDE_MICRO (rows of 1024 per micro-batch, default
+#        32), SIDE_BATCH_TOKENS (tokens per step, default 262144), SIDE_VAL_TOKENS (default 262144),
+#        PYTHON (a python3 with torch, default the first of python3 and /usr/bin/python3 that has it)
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -113,6 +120,7 @@ fi
 "$BIN" info > "$LOGS/info.log" 2>&1
 say "clocklm info: exit $?"
 sed 's/^/  /' "$LOGS/info.log" >> "$RES"
+say "cuDNN: $(grep -i -m1 'cudnn' "$LOGS/info.log" || echo "clocklm info has no cudnn line")"
 NGPU=$(grep -c '^cuda device [0-9]' "$LOGS/info.log")
 
 # ---- (b) tests ------------------------------------------------------------------------------------
@@ -152,6 +160,90 @@ if step gemm_bf16 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 
 fi
 step gemm_fp32 40 "$BIN" bench gemm --device cuda --m 8192 --n 8192 --k 8192 --precision fp32 --reps 5 --json &&
   say "fp32 cuBLASLt 8192^3: $(tail -1 "$LOGS/gemm_fp32.log")"
+# ---- (d) training steps: clocklm and the compiled PyTorch peer --------------------------------------
+# The same config, row length and batch for both; BATCH rows of 2048 per step (16 by default: the
+# batch that fills an H100 for these configs without going past its memory). MFU is model FLOP/s
+# (the FLOPs per token clocklm counts) over clocklm's measured cuBLASLt bf16 peak, over the peak
+# the peer measures with torch.matmul, and over 989 TFLOP/s (H100 SXM dense bf16).
+BATCH="${BATCH:-16}"
+CEIL=()
+[ -n "$PEAK" ] && CEIL=(--ceiling "$PEAK")
+# The first python that imports torch (PYTHON, python3, /usr/bin/python3), else python3.
+PY=python3
+for c in "${PYTHON:-}" python3 /usr/bin/python3; do
+  if [ -n "$c" ] && "$c" -c "import torch" > /dev/null 2>&1; then PY="$c"; break; fi
+done
+# compare MODE ARGS...: gpu_compare.py's lines (bench/gpu_compare.py), or why there are none.
+compare() {
+  if command -v "$PY" > /dev/null; then "$PY" "$ROOT/bench/gpu_compare.py" "$@"
+  else echo "  no python3 here to read the results"; return 1; fi
+}
+TORCH_CUDA=0
+"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1 && TORCH_CUDA=1
+# Before any GPU minute goes to the peer: the peer runs at all here (two eager steps of a one-layer
+# model on the CPU; its first line lists what this torch lacks), or says why not.
+if "$PY" -c "import torch" > /dev/null 2>&1; then
+  step peer_smoke_cpu 120 "$PY" "$ROOT/bench/torch_compiled_peer.py" --config d4 --set model.n_layer=1 \
+    --set model.d_model=64 --set model.n_head=1 --set model.n_kv_head=1 --set model.vocab_size=512 \
+    --clocklm "$BIN" --device cpu --precision fp32 --no-compile --batch 2 --seq 64 --steps 2 --warmup 1 &&
+    say "  peer smoke (cpu): $(grep -m1 'unavailable here' "$LOGS/peer_smoke_cpu.log" | sed 's/^compiled_peer: //')"
+else
+  say "PyTorch peer: python3 cannot import torch here: the peer steps are skipped"
+fi
+for cfg in baseline-50m d12; do
+  step "train_$cfg" 90 "$BIN" bench train --device cuda --config "$cfg" --seq 2048 --batch "$BATCH" --steps 5 \
+    --warmup 2 "${CEIL[@]}" --json
+  if [ "$TORCH_CUDA" = 1 ]; then
+    step "peer_$cfg" 240 "$PY" "$ROOT/bench/torch_compiled_peer.py" --device cuda --config "$cfg" --clocklm "$BIN" \
+      --seq 2048 --batch "$BATCH" --steps 10 --warmup 3 --set model.vocab_size=32768 "${CEIL[@]}"
+  fi
+  compare speed "$cfg" "$LOGS/train_$cfg.log" "$LOGS/peer_$cfg.log" >> "$RES" 2>&1
+done
+[ "$TORCH_CUDA" = 1 ] || say "compiled PyTorch peer on the GPU: skipped (python3 cannot import torch with CUDA here)"
+
+# ---- (e) two minutes of training each on the same data, val bpb side by side ----------------------
+# The bundle's prepared dataset (scripts/gpu-bundle.sh; DATA= another folder): clocklm and the peer
+# read the same token files, train SIDE_SECONDS each with the same config and batch, and score the
+# same val targets with the same byte counts.
+SIDE_SECONDS="${SIDE_SECONDS:-120}"
+SIDE_CONFIG="${SIDE_CONFIG:-d12}"
+SIDE_SETS=(--set train.micro_batch="${SIDE_MICRO:-32}" --set train.batch_tokens="${SIDE_BATCH_TOKENS:-262144}"
+           --set model.seq_len=1024 --set train.val_tokens="${SIDE_VAL_TOKENS:-262144}")
+DATA="${DATA:-${BUNDLE:+$BUNDLE/data}}"
+SIDE_RUN="$OUT/side_clocklm"
+if [ -z "$DATA" ] || [ ! -f "$DATA/manifest.json" ]; then
+  say "[SKIP] side-by-side training: no prepared dataset (DATA=${DATA:-unset}; the bundle carries one in data/)"
+  FAILED+=("side_by_side_data")
+else
+  say "side-by-side: $SIDE_CONFIG, ${SIDE_SECONDS}s each, ${SIDE_SETS[*]}, data $DATA ($(
+    "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(", ".join(k + " " + str(v["tokens"]) + " tokens" for k, v in m["splits"].items()))' "$DATA/manifest.json" 2>/dev/null))"
+  rm -rf "$SIDE_RUN"
+  step side_clocklm $(( SIDE_SECONDS + 120 )) "$BIN" train --device cuda --config "$SIDE_CONFIG" --data "$DATA" \
+    --budget "$SIDE_SECONDS" "${SIDE_SETS[@]}" --set train.eval_every_seconds=100000 \
+    --set train.checkpoint_every_seconds=100000 --quiet --out "$SIDE_RUN"
+  if [ "$TORCH_CUDA" = 1 ]; then
+    step side_peer $(( SIDE_SECONDS + 180 )) "$PY" "$ROOT/bench/torch_compiled_peer.py" --device cuda \
+      --config "$SIDE_CONFIG" --clocklm "$BIN" --data "$DATA" --budget "$SIDE_SECONDS" "${SIDE_SETS[@]}" \
+      --log-every 25 "${CEIL[@]}"
+  fi
+  compare side "$SIDE_RUN/summary.json" "$LOGS/side_peer.log" >> "$RES" 2>&1 ||
+    FAILED+=("side_by_side_compare")
+fi
+
+# ---- (f) the first load of clocklm's HF export by transformers itself -------------------------------
+if [ -f "$SIDE_RUN/summary.json" ]; then
+  # Two rows of 32 random ids of the dataset's vocabulary; clocklm's logits from its CPU fp32 path.
+  "$PY" -c 'import json, random, sys; v = json.load(open(sys.argv[1]))["tokenizer"]["vocab_size"]; r = random.Random(7)
+[print(" ".join(str(r.randrange(v)) for _ in range(32))) for _ in range(2)]' "$DATA/manifest.json" > "$OUT/hf_ids.txt"
+  step hf_export 60 "$BIN" export --checkpoint "$SIDE_RUN" --format hf --out "$OUT/hf" --force &&
+    step hf_logits 60 "$BIN" eval logits --checkpoint "$SIDE_RUN" --input "$OUT/hf_ids.txt" --out "$OUT/hf_clocklm.bin" --device cpu &&
+    step hf_check 120 "$PY" "$ROOT/bench/hf_check.py" "$OUT/hf" --input "$OUT/hf_ids.txt" --logits "$OUT/hf_clocklm.bin" &&
+    say "  $(tail -1 "$LOGS/hf_check.log")"
+else
+  say "[SKIP] hf_check: no trained clocklm run to export"
+fi
+
+# ---- (g) kernels and the per-op profile: last, so that a short budget drops these first -----------
 # Attention per implementation (CLOCKLM_CUDA_ATTENTION), causal, B8 H12 T2048: TFLOP/s of the
 # attended pairs (forward 4 hd, backward 10 hd FLOPs per pair), and which one auto picked.
 for impl in fp32 gemm auto; do
@@ -171,36 +263,9 @@ done
 step ns 30 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
   say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
 
-# ---- (d) training steps -----------------------------------------------------------------------------
-CEIL=()
-[ -n "$PEAK" ] && CEIL=(--ceiling "$PEAK")
-for cfg in baseline-50m d12; do
-  if step "train_$cfg" 90 "$BIN" bench train --device cuda --config "$cfg" --seq 2048 --batch 8 --steps 5 \
-    --warmup 2 "${CEIL[@]}" --json; then
-    python3 - "$LOGS/train_$cfg.log" "$cfg" >> "$RES" 2>&1 << 'EOF'
-import json, sys
-j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-print(f"  {sys.argv[2]}: {j['tokens_per_second']:.0f} tokens/s, step {j['step_seconds']*1e3:.1f} ms "
-      f"(fwd {j['forward_seconds']*1e3:.1f}, bwd {j['backward_seconds']*1e3:.1f}, optim {j['optimizer_seconds']*1e3:.1f}), "
-      f"MFU {100*j['fraction_of_ceiling']:.1f}% of {j['matmul_ceiling_gflops']:.0f} GFLOP/s, "
-      f"matmul {j['matmul_precision']}, loss {j['loss']:.3f}")
-EOF
-  fi
-done
-# Where the time goes, per op, for the smaller config.
-step profile_baseline 60 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch 8 --steps 3 \
+# Where the time goes, per op, for the smaller config (last: the first thing the budget drops).
+step profile_baseline 60 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch "$BATCH" --steps 3 \
   --warmup 1 "${CEIL[@]}" --profile && { echo "  per-op profile (baseline-50m):" >> "$RES"; head -25 "$LOGS/profile_baseline.log" >> "$RES"; }
-
-# ---- (e) the PyTorch peer ---------------------------------------------------------------------------
-if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" > /dev/null 2>&1; then
-  for cfg in baseline-50m d12; do
-    step "torch_$cfg" 90 python3 "$ROOT/bench/torch_peer.py" --device cuda --config "$cfg" --clocklm "$BIN" \
-      --precision bf16 --seq 2048 --batch 8 --steps 5 --warmup 2 --vocab-size 32768 &&
-      say "  torch $cfg: $(tail -1 "$LOGS/torch_$cfg.log")"
-  done
-else
-  say "PyTorch peer: skipped (python3 cannot import torch with CUDA on this machine)"
-fi
 
 say "failed steps: ${FAILED[*]:-none}; total $(( $(date +%s) - T_START ))s; logs in $LOGS"
 [ "${#FAILED[@]}" -eq 0 ]

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import struct
-import subprocess
 import sys
 import time
 
@@ -173,12 +172,8 @@ def main():
     cfg_args = argparse.Namespace(config=a.config, set=[f"vocab_size={vocab}"] + a.set, clocklm=a.clocklm,
                                   optimizer="config", **{k: None for k, _ in torch_peer.ARCH_FLAGS},
                                   **{k: None for k in torch_peer.BOOL_FLAGS})
-    name, m, optim = torch_peer.load_config(cfg_args)
-    # the resolved train section (batch, schedule), from the same `clocklm model --json`
-    txt = subprocess.run([a.clocklm, "model", "--config", a.config, "--json"] +
-                         sum([["--set", s] for s in cfg_args.set], []), capture_output=True, text=True,
-                         check=True).stdout
-    train = json.loads(txt[txt.index("\n{") + 1:])["train"]
+    # the train section (batch, schedule) comes from the same `clocklm model --json`
+    name, m, optim, train = torch_peer.load_config(cfg_args)
     T, mb, bt = m["seq_len"], train["micro_batch"], train["batch_tokens"]
     if bt % (mb * T) != 0:
         die(f"batch_tokens {bt} is not a multiple of micro_batch x seq_len = {mb * T}")

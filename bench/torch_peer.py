@@ -70,7 +70,8 @@ def parse_bool(s):
 
 
 def load_config(args):
-    """Returns (name, model dict, optim dict)."""
+    """Returns (name, model dict, optim dict, train dict): the train dict is the config's own (empty
+    for "none")."""
     name, cfg = "custom", None
     if args.config and args.config != "none":
         if os.path.isfile(args.config) and not args.set:
@@ -113,7 +114,7 @@ def load_config(args):
         model["vocab_size"] = 32768
     if args.optimizer != "config":
         optim["matrix"]["kind"] = args.optimizer
-    return name, model, optim
+    return name, model, optim, (cfg or {}).get("train", {})
 
 
 def up64(h):
@@ -218,7 +219,9 @@ class GPT(torch.nn.Module):
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         return torch.matmul(att, v)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, reduction="mean"):
+        """Mean cross-entropy over the targets, or with reduction "none" the loss of every position
+        (targets < 0 ignored: 0 there)."""
         m = self.m
         B, T = idx.shape
         H, Hkv, hd, eps = m["n_head"], m["n_kv_head"], m["head_dim"], m["norm_eps"]
@@ -255,18 +258,37 @@ class GPT(torch.nn.Module):
         cap = m["logit_softcap"]
         if cap > 0:
             z = cap * torch.tanh(z / cap)
-        return F.cross_entropy(z.reshape(-1, self.V), targets.reshape(-1))
+        return F.cross_entropy(z.reshape(-1, self.V), targets.reshape(-1), ignore_index=-1, reduction=reduction)
 
 
-def newton_schulz5(G, steps, bf16):
-    """Quintic Newton-Schulz orthogonalisation of G (2-D), on its short side."""
-    a, b, c = 3.4445, -4.7750, 2.0315
+# optim.*.ns_coeffs, as NsSchedule in src/backend/backend.cpp: (a, b, c) per step and the margin on
+# the normalisation; Polar Express steps past the fifth repeat the fifth.
+NS_QUINTIC = (3.4445, -4.7750, 2.0315)
+NS_POLAR = ((8.156554524902461, -22.48329292557795, 15.878769915207462),
+            (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+            (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+            (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+            (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
+
+
+def ns_schedule(name, steps):
+    """([(a, b, c)] per step, norm margin) of X <- a X + (b A + c A^2) X, A = X X^T."""
+    if name == "quintic":
+        return [NS_QUINTIC] * steps, 1.0
+    if name == "polar":
+        return [NS_POLAR[min(i, 4)] for i in range(steps)], 1.02
+    sys.exit(f"torch_peer: Newton-Schulz coefficients '{name}' are unknown (quintic, polar)")
+
+
+def newton_schulz5(G, steps, bf16, coeffs="quintic"):
+    """Newton-Schulz orthogonalisation of G (2-D), on its short side."""
+    sched, margin = ns_schedule(coeffs, steps)
     X = G.bfloat16() if bf16 else G.float()
     tall = X.shape[0] > X.shape[1]
     if tall:
         X = X.t()
-    X = X / (X.norm() + 1e-7)
-    for _ in range(steps):
+    X = X / (X.norm() * margin + 1e-7)
+    for a, b, c in sched:
         A = X @ X.t()
         Bm = b * A + c * (A @ A)
         X = a * X + Bm @ X
@@ -279,9 +301,9 @@ class Muon(torch.optim.Optimizer):
     """buf = mu*buf + g; u = g + mu*buf (Nesterov) or buf; O = NS5(u) per row split;
     p = p*(1 - lr*wd) - lr*sqrt(max(1, rows/cols))*O."""
 
-    def __init__(self, params, splits, lr, momentum, nesterov, ns_steps, ns_bf16, weight_decay):
+    def __init__(self, params, splits, lr, momentum, nesterov, ns_steps, ns_bf16, weight_decay, ns_coeffs="quintic"):
         super().__init__(params, dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-                                      ns_bf16=ns_bf16, weight_decay=weight_decay))
+                                      ns_bf16=ns_bf16, weight_decay=weight_decay, ns_coeffs=ns_coeffs))
         self.splits = splits  # id(param) -> list of row counts or None
 
     @torch.no_grad()
@@ -301,7 +323,7 @@ class Muon(torch.optim.Optimizer):
                     p.mul_(1 - lr * wd)
                 rows = self.splits.get(id(p)) or [p.shape[0]]
                 for pp, uu in zip(p.split(rows, dim=0), u.split(rows, dim=0)):
-                    O = newton_schulz5(uu, g["ns_steps"], g["ns_bf16"])
+                    O = newton_schulz5(uu, g["ns_steps"], g["ns_bf16"], g["ns_coeffs"])
                     pp.add_(O, alpha=-lr * math.sqrt(max(1.0, pp.shape[0] / pp.shape[1])))
 
 
@@ -319,7 +341,7 @@ def make_optimizers(model, optim, ns_bf16):
         c = optim[kind]
         if c["kind"] == "muon":
             opts.append(Muon(ps, splits, c["lr"], c["momentum"], c["nesterov"], c["ns_steps"],
-                             ns_bf16, c["weight_decay"]))
+                             ns_bf16, c["weight_decay"], c.get("ns_coeffs", "quintic")))
         else:
             adam_groups.append(dict(params=ps, lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                     weight_decay=c["weight_decay"]))
@@ -328,11 +350,19 @@ def make_optimizers(model, optim, ns_bf16):
     return opts
 
 
-def main():
-    ap = argparse.ArgumentParser(description="PyTorch speed peer of clocklm's training step")
+def add_model_args(ap):
+    """The options load_config reads: the config, its overrides and the binary that resolves it."""
     ap.add_argument("--config", default="none", help="preset name, resolved config JSON file, or none")
     ap.add_argument("--set", action="append", default=[], help="key=value passed to `clocklm model`")
     ap.add_argument("--clocklm", default=os.path.join(ROOT, "build", "clocklm"))
+    for key, typ in ARCH_FLAGS:
+        ap.add_argument("--" + key.replace("_", "-"), dest=key, type=typ, default=None)
+    for key in BOOL_FLAGS:
+        ap.add_argument("--" + key.replace("_", "-"), dest=key, type=parse_bool, default=None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch speed peer of clocklm's training step")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16 = torch.autocast(device, dtype=torch.bfloat16)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
@@ -347,10 +377,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = os.cpu_count())")
     ap.add_argument("--seed", type=int, default=1234)
-    for key, typ in ARCH_FLAGS:
-        ap.add_argument("--" + key.replace("_", "-"), dest=key, type=typ, default=None)
-    for key in BOOL_FLAGS:
-        ap.add_argument("--" + key.replace("_", "-"), dest=key, type=parse_bool, default=None)
+    add_model_args(ap)
     args = ap.parse_args()
     if args.batch <= 0 or args.seq <= 0 or args.steps <= 0 or args.warmup < 0:
         sys.exit("torch_peer: batch, seq and steps must be positive")
@@ -358,7 +385,7 @@ def main():
     threads = args.threads if args.threads > 0 else (os.cpu_count() or 1)
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
-    name, m, optim = load_config(args)
+    name, m, optim, _ = load_config(args)
     bf16 = args.precision == "bf16"
     ns_bf16 = bf16 if args.ns_precision == "auto" else args.ns_precision == "bf16"
 

@@ -6,22 +6,28 @@
 # fmt, PCRE2, zstd, zlib, libgomp, libstdc++, ...) beside them. The binaries find those through an
 # $ORIGIN-relative rpath; only glibc, the CUDA driver and the toolkit's cuBLAS/cuBLASLt come from
 # the machine (its /usr/local/cuda, or LD_LIBRARY_PATH). The bundle also carries the GPU check
-# (bench/gpu_check.sh) and what that runs. Packed as a .tar.gz (a bare GPU machine has gzip but not
-# always zstd); the last line printed is its path.
+# (bench/gpu_check.sh) and what that runs: the compiled PyTorch peer and its comparison, the HF check,
+# and data/, a dataset prepared by this build's `clocklm prepare` for the side-by-side training run
+# (train: the corpus's wikinews-000, val: the first 1.5 MB of wiki2018-000, GPT-2's tokenizer; about
+# 7.5M train and 320K val tokens, ~11 MiB of the packed bundle). Packed as a .tar.gz (a bare GPU
+# machine has gzip but not always zstd); the last line printed is its path.
 #
-#   scripts/gpu-bundle.sh [--arch "80;90"] [--out DIR] [--jobs N]
+#   scripts/gpu-bundle.sh [--arch "80;90"] [--out DIR] [--jobs N] [--corpus DIR]
 #
+# --corpus: the shared corpus folder (default /work/shared/data: train/, val/, tokenizers/gpt2/);
+# reading its .zst val file needs the zstd command.
 # Needs patchelf (installed when missing). The build folder is build-bundle/ and the bundle
 # build-bundle/clocklm-bundle/ (both ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-ARCH="80;90" OUTDIR="$REPO/build-bundle" JOBS="$(nproc)"
+ARCH="80;90" OUTDIR="$REPO/build-bundle" JOBS="$(nproc)" CORPUS="/work/shared/data"
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) ARCH="$2"; shift 2 ;;
     --out) OUTDIR="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
+    --corpus) CORPUS="$2"; shift 2 ;;
     *) echo "gpu-bundle: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +67,15 @@ for bin in "$B.tmp/bin/clocklm" "$B.tmp/bin/clocklm_tests"; do
 done
 for lib in "$B.tmp"/lib/*; do patchelf --set-rpath '$ORIGIN' "$lib"; done
 
-cp bench/gpu_check.sh bench/torch_peer.py "$B.tmp/bench/"
+cp bench/gpu_check.sh bench/torch_peer.py bench/torch_compiled_peer.py bench/peer_data.py bench/gpu_compare.py \
+  bench/hf_check.py "$B.tmp/bench/"
+# The side-by-side run's dataset: the peer reads these very token files (bench/peer_data.py).
+command -v zstd >/dev/null || { echo "gpu-bundle: zstd not found (needed to cut the val text)" >&2; exit 1; }
+SRC="$OUTDIR/data-src"
+mkdir -p "$SRC"
+{ zstd -dc "$CORPUS/val/wiki2018-000.jsonl.zst" || true; } | head -c 1500000 | head -n -1 > "$SRC/val.jsonl"
+"$BUILD/clocklm" prepare --input "$CORPUS/train/wikinews-000.jsonl.zst" --val "$SRC/val.jsonl" \
+  --tokenizer "$CORPUS/tokenizers/gpt2" --out "$B.tmp/data" -q
 glibc=$(for f in "$B.tmp"/bin/* "$B.tmp"/lib/*; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
 {
   echo "clocklm bundle"
@@ -72,6 +86,7 @@ glibc=$(for f in "$B.tmp"/bin/* "$B.tmp"/lib/*; do objdump -T "$f"; done | grep 
   echo "  (looked for in /usr/local/cuda/lib64, /usr/local/cuda/targets/x86_64-linux/lib, then LD_LIBRARY_PATH)"
   echo "bundled libraries: $(cd "$B.tmp/lib" && ls | tr '\n' ' ')"
   echo "tests: $("$B.tmp/bin/clocklm_tests" --gtest_list_tests 2>/dev/null | grep -c '^  ') test cases listed on the build machine"
+  echo "data: $(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(", ".join(k + " " + str(v["tokens"]) + " tokens" for k, v in m["splits"].items()))' "$B.tmp/data/manifest.json"), tokenizer $(grep -o '"kind": *"[a-z0-9]*"' "$B.tmp/data/tokenizer.json" | head -1)"
 } > "$B.tmp/BUNDLE.txt"
 rm -rf "$B" && mv "$B.tmp" "$B"
 tar -C "$OUTDIR" -cf - clocklm-bundle | gzip -9 > "$OUTDIR/clocklm-bundle.tar.gz.tmp"

@@ -119,7 +119,7 @@ void register_train_commands(CLI::App& app) {
       std::printf("  head   (%s): %s\n", c.optim.head.kind.c_str(), with_commas(p.head).c_str());
       std::printf("  scalar (%s): %s\n", c.optim.scalar.kind.c_str(), with_commas(p.scalar).c_str());
       double f = flops_per_token(m, m.seq_len);
-      std::printf("training FLOPs per token (T=%d): %.4g (%.3f GFLOP)\n", m.seq_len, f, f / 1e9);
+      std::printf("training FLOPs per token (T=%d): %.10g (%.3f GFLOP)\n", m.seq_len, f, f / 1e9);
       std::printf("training FLOPs per step (%lld tokens): %.4g\n", (long long)c.train.batch_tokens,
                   f * double(c.train.batch_tokens));
       if (m.vocab_size > 0) {
