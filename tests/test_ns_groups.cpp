@@ -1,12 +1,17 @@
 // The Newton-Schulz grouping plan (backend/ns_groups.h): matrices grouped by the shape the
 // iteration works on (a tall matrix as its transpose), groups in the order of their first member,
 // members in index order, one-matrix groups and no matrices at all; the gather and scatter indices
-// of a stack; and the bf16 size rule.
+// of a stack; the bf16 size rule; and `clocklm bench ns --config`, which times the Newton-Schulz of
+// every Muon matrix of a config's training step.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/ns_groups.h"
+#include "test_cli_util.h"
 
 namespace clm {
 namespace {
@@ -103,6 +108,27 @@ TEST(NsGroups, Bf16OnlyAboveTheSmallSize) {
   EXPECT_TRUE(ns_uses_bf16(MatPrec::BF16, 128, 257));
   EXPECT_TRUE(ns_uses_bf16(MatPrec::BF16, 192, 768));
   EXPECT_FALSE(ns_uses_bf16(MatPrec::F32, 192, 768));
+}
+
+// speedrun-10m: 3 layers of q, k, v, o (192x192) and the MLP's 768x192 and 192x768, all Muon: 18
+// matrices of 2 iterated shapes in one batch (well under the optimizer's 2^24-float cap).
+TEST(NsBench, ConfigTimesEveryMuonMatrix) {
+  std::string out;
+  ASSERT_EQ(cli_test::run_clocklm("bench ns --device cpu --threads 1 --config speedrun-10m --set model.vocab_size=512 "
+                                  "--reps 1 --json",
+                                  &out),
+            0)
+      << out;
+  const nlohmann::json j = nlohmann::json::parse(out.substr(out.rfind('{')));
+  EXPECT_EQ(j["matrices"], 18);
+  EXPECT_EQ(j["shapes"], 2);
+  EXPECT_EQ(j["calls"], 1);
+  EXPECT_GT(j["ms_best"].get<double>(), 0.0);
+  // The FLOPs are op_cost::newton_schulz's for each (5 steps of 4 a^2 b + 2 a^3): 12 of 192x192 and
+  // 6 of 192x768, over the time.
+  const double a = 192, flops = 5 * (12 * (4 * a * a * a + 2 * a * a * a) + 6 * (4 * a * a * 768 + 2 * a * a * a));
+  EXPECT_NEAR(j["gflops"].get<double>() * j["ms_best"].get<double>() * 1e6, flops, 1e-6 * flops);
+  EXPECT_NE(cli_test::run_clocklm("bench ns --device cpu --config no-such-config --reps 1", &out), 0);
 }
 
 }  // namespace
