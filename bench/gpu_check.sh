@@ -2,7 +2,8 @@
 # The CUDA backend's checks for one short GPU window (about 15 minutes of device time, this script
 # well under 10): run the op tests (the attention ones per CUDA attention implementation) and the
 # CPU-parity tests on the GPU, measure the bf16 (and fp32) cuBLASLt matmul peak at 8192^3, the
-# attention TFLOP/s of each implementation and auto's pick, time training steps of baseline-50m
+# attention TFLOP/s of each implementation and auto's pick, Muon's Newton-Schulz of a baseline-50m
+# step stacked by shape and one matrix at a time, time training steps of baseline-50m
 # and d12 at seq 2048 with tokens/s and MFU (model FLOP/s over the measured bf16 peak), and the
 # PyTorch peer on the same configs when torch with CUDA is installed. Every step is timed and its exit status recorded; a
 # failed step is reported and the script goes on. Everything goes to one results file.
@@ -170,6 +171,20 @@ EOF
 done
 step ns 30 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
   say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
+# Muon's Newton-Schulz of one baseline-50m step (every Muon matrix, the optimizer's batches), the
+# matrices stacked by shape (CLOCKLM_CUDA_NS=batched, the default) and one at a time (loop); the
+# target is <= 2 ms per step batched.
+for mode in batched loop; do
+  step "ns_baseline_$mode" 60 env CLOCKLM_CUDA_NS=$mode "$BIN" bench ns --device cuda --config baseline-50m \
+    --reps 10 --json &&
+    python3 - "$LOGS/ns_baseline_$mode.log" "$mode" >> "$RES" 2>&1 << 'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print(f"newton-schulz baseline-50m {sys.argv[2]:7}: {j['ms_best']:.2f} ms per step (mean {j['ms_mean']:.2f}), "
+      f"{j['matrices']} matrices, {j['shapes']} shapes, {j['calls']} calls, {j['matrix_ns_precision']}, "
+      f"{j['gflops']/1e3:.1f} TFLOP/s")
+EOF
+done
 
 # ---- (d) training steps -----------------------------------------------------------------------------
 CEIL=()
