@@ -7,7 +7,8 @@
 # over both peaks, two minutes of training each of clocklm and the peer on the bundle's prepared
 # dataset with val bpb side by side (bench/gpu_compare.py), the first load of clocklm's HF export by
 # transformers (bench/hf_check.py), then the attention TFLOP/s of each implementation, Newton-Schulz
-# and a per-op profile. Every step is timed and its exit status recorded; a failed step is reported
+# (one matrix, and Muon's matrices of a baseline-50m step stacked by shape and one at a time) and a
+# per-op profile. Every step is timed and its exit status recorded; a failed step is reported
 # and the script goes on. Everything goes to one results file, written to paste into bench/RESULTS.md.
 #
 # The test step cannot pass empty: it fails unless a CUDA device was found and every CUDA instance
@@ -262,6 +263,20 @@ EOF
 done
 step ns 30 "$BIN" bench ns --device cuda --rows 768 --cols 3072 --precision bf16 --json &&
   say "newton-schulz 768x3072 bf16: $(tail -1 "$LOGS/ns.log")"
+# Muon's Newton-Schulz of one baseline-50m step (every Muon matrix, the optimizer's batches), the
+# matrices stacked by shape (CLOCKLM_CUDA_NS=batched, the default) and one at a time (loop); the
+# target is <= 2 ms per step batched.
+for mode in batched loop; do
+  step "ns_baseline_$mode" 60 env CLOCKLM_CUDA_NS=$mode "$BIN" bench ns --device cuda --config baseline-50m \
+    --reps 10 --json &&
+    python3 - "$LOGS/ns_baseline_$mode.log" "$mode" >> "$RES" 2>&1 << 'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print(f"newton-schulz baseline-50m {sys.argv[2]:7}: {j['ms_best']:.2f} ms per step (mean {j['ms_mean']:.2f}), "
+      f"{j['matrices']} matrices, {j['shapes']} shapes, {j['calls']} calls, {j['matrix_ns_precision']}, "
+      f"{j['gflops']/1e3:.1f} TFLOP/s")
+EOF
+done
 
 # Where the time goes, per op, for the smaller config (last: the first thing the budget drops).
 step profile_baseline 60 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch "$BATCH" --steps 3 \

@@ -318,7 +318,8 @@ void run_bench_attention(const AttnArgs& a) {
 }
 
 struct NsArgs {
-  std::string device = "auto", precision = "auto", coeffs = "quintic", shapes;
+  std::string device = "auto", precision = "auto", coeffs = "quintic", shapes, config;
+  std::vector<std::string> sets;
   int64_t rows = 512, cols = 2048;
   int steps = 5, reps = 5, threads = 0, copies = 1;
   bool json = false, one_by_one = false;
@@ -405,8 +406,50 @@ void run_bench_ns_many(const NsArgs& a) {
               sum / a.reps * 1e3, flops / best / 1e9);
 }
 
+// Muon's Newton-Schulz of one training step of a config (--config): the model and optimizer built
+// on the device as for training, then the optimizer's newton_schulz_pass timed (its batches, the
+// config's schedules and precisions): ms per step.
+void run_bench_ns_config(const NsArgs& a) {
+  if (a.reps <= 0) fail("bench ns: reps must be positive");
+  RunConfig rc = load_config(a.config, a.sets);
+  if (rc.model.vocab_size == 0) rc.model.vocab_size = 32768;  // as bench train: no dataset
+  validate(rc);
+  const int threads = a.threads > 0 ? a.threads : default_threads();
+  std::shared_ptr<Backend> be = make_backend(a.device);
+  be->set_threads(threads);
+  TrainSetupOptions setup_options;
+  setup_options.seq_len = 64;  // the activations play no part; keep them small
+  TrainSetup setup = build_train_setup(rc, *be, setup_options);
+  Optimizer& opt = *setup.optimizer;
+  const NsPassInfo info = opt.newton_schulz_info();
+  opt.warmup();
+  auto timer = be->timer();
+  double best = 1e30, sum = 0;
+  for (int r = 0; r < a.reps; ++r) {
+    timer->start();
+    opt.newton_schulz_pass();
+    const double dt = timer->stop();
+    best = std::min(best, dt);
+    sum += dt;
+  }
+  const std::string prec = prec_name(resolve_precision(rc.optim.matrix.ns_precision, *be));
+  if (a.json) {
+    nlohmann::json j = {{"bench", "newton_schulz_config"}, {"config", a.config}, {"device", be->description()},
+                        {"matrices", info.matrices}, {"calls", info.calls}, {"shapes", info.shapes},
+                        {"matrix_ns_precision", prec}, {"threads", threads}, {"ms_best", best * 1e3},
+                        {"ms_mean", sum / a.reps * 1e3}, {"gflops", info.flops / best / 1e9}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("bench ns  config=%s  %d matrices (%d shapes) in %d newton_schulz_many calls  precision=%s  "
+              "threads=%d  device=%s\n  per step: best %.2f ms  mean %.2f ms  %.1f GFLOP/s\n",
+              a.config.c_str(), info.matrices, info.shapes, info.calls, prec.c_str(), threads,
+              be->description().c_str(), best * 1e3, sum / a.reps * 1e3, info.flops / best / 1e9);
+}
+
 // Newton-Schulz alone on one matrix shape: Muon's cost per matrix and step, and its GFLOP/s.
 void run_bench_ns(const NsArgs& a) {
+  if (!a.config.empty()) return run_bench_ns_config(a);
   if (!a.shapes.empty()) return run_bench_ns_many(a);
   if (a.rows <= 0 || a.cols <= 0 || a.steps <= 0 || a.reps <= 0) fail("bench ns: rows, cols, steps and reps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
@@ -510,6 +553,11 @@ void register_bench_commands(CLI::App& app) {
   ns->add_option("--copies", na->copies, "with --shapes: each shape this many times (e.g. the layer count)")
       ->capture_default_str();
   ns->add_flag("--one-by-one", na->one_by_one, "with --shapes: one call per matrix instead of one batched call");
+  ns->add_option("--config", na->config,
+                 "time the Muon Newton-Schulz of one training step of this config (preset or .json): the "
+                 "optimizer's batches with the config's schedules and precisions; --shapes, --rows, --cols, "
+                 "--steps, --coeffs and --precision ignored (CLOCKLM_CUDA_NS picks the CUDA path)");
+  ns->add_option("--set", na->sets, "with --config: override key=value (repeatable)");
   ns->add_flag("--json", na->json, "print one JSON object");
   ns->callback([na] { run_bench_ns(*na); });
 }

@@ -26,6 +26,7 @@
 #include <ostream>
 
 #include "backend/backend.h"
+#include "backend/ns_groups.h"
 #include "core/common.h"
 #include "backend/profiled_backend.h"
 #include "core/profiler.h"
@@ -368,13 +369,10 @@ void Optimizer::warmup() {
   OptimizerImpl& s = *impl;
   if (s.ns_batched) {
     // The batches step() will run, on zeros: a backend that deals a batch's matrices to threads
-    // deals them the same way each time, so each thread builds the primitives it will use.
-    for (int gi = 0; gi < 4; ++gi)
-      for (const std::vector<size_t>& batch : s.muon_batches[gi]) {
-        const auto mb = s.muon_batch(batch);
-        s.be->zero(s.scratch_u.as<float>(), sizeof(float) * size_t(mb.total));
-        s.be->newton_schulz_many(mb.args(s.ns_sched[gi], s.ns_prec[gi]));
-      }
+    // deals them the same way each time, so each thread builds the primitives it will use; one
+    // that stacks them sizes its iteration buffers for the largest stack here.
+    s.be->zero(s.scratch_u.as<float>(), s.scratch_u.bytes());
+    newton_schulz_pass();
     return;
   }
   std::vector<std::tuple<int64_t, int64_t, int, std::string, MatPrec>> done;
@@ -388,6 +386,32 @@ void Optimizer::warmup() {
     s.be->newton_schulz(s.scratch_u.as<float>(), s.scratch_o.as<float>(), st.rows, st.cols,
                         s.ns_sched[st.group], s.ns_prec[st.group]);
   }
+}
+
+void Optimizer::newton_schulz_pass() {
+  OptimizerImpl& s = *impl;
+  for (int gi = 0; gi < 4; ++gi)
+    for (const std::vector<size_t>& batch : s.muon_batches[gi])
+      s.be->newton_schulz_many(s.muon_batch(batch).args(s.ns_sched[gi], s.ns_prec[gi]));
+}
+
+NsPassInfo Optimizer::newton_schulz_info() const {
+  const OptimizerImpl& s = *impl;
+  NsPassInfo info;
+  std::vector<int64_t> rows, cols;
+  for (int gi = 0; gi < 4; ++gi)
+    for (const std::vector<size_t>& batch : s.muon_batches[gi]) {
+      ++info.calls;
+      for (size_t i : batch) {
+        const OptState& st = s.states[i];
+        rows.push_back(st.rows);
+        cols.push_back(st.cols);
+        info.flops += op_cost::newton_schulz(st.rows, st.cols, s.groups[gi]->ns_steps, s.ns_prec[gi]).flops;
+      }
+    }
+  info.matrices = int(rows.size());
+  info.shapes = int(ns_groups(rows.data(), cols.data(), info.matrices).size());
+  return info;
 }
 
 float Optimizer::step(float lr_scale, float wd_scale, float muon_momentum) {

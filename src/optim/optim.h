@@ -19,6 +19,12 @@ class Comm;
 std::vector<size_t> partition_by_cost(const std::vector<double>& cost, int world);
 
 struct OptimizerImpl;
+// What Optimizer::newton_schulz_pass runs: its matrices, newton_schulz_many calls, distinct
+// iterated shapes (ns_groups over all of them) and FLOPs (op_cost::newton_schulz each).
+struct NsPassInfo {
+  int matrices = 0, calls = 0, shapes = 0;
+  double flops = 0;
+};
 struct Optimizer {
   // With `comm` of several ranks and optim.shard_state, the state is sharded (ZeRO-1): this rank
   // holds and updates the parameters [shard_bounds()[rank], shard_bounds()[rank+1]) of the flat
@@ -55,6 +61,11 @@ struct Optimizer {
   // Builds the Newton-Schulz matmul primitives for every Muon shape (one-time JIT cost, kept out of
   // the training budget). Touches no parameter or optimizer state.
   void warmup();
+  // Muon's Newton-Schulz of a step alone: every Muon group's batches, as step() issues them (one
+  // newton_schulz_many each), on whatever the update scratch holds (zeros before the first step).
+  // What `clocklm bench ns --config` times. Touches no parameter or optimizer state.
+  void newton_schulz_pass();
+  NsPassInfo newton_schulz_info() const;
   // Muon's Newton-Schulz as one newton_schulz_many call per batch of a group's matrices (the
   // default), or one newton_schulz call per matrix (the comparison the tests and benches make).
   // Call before warmup().

@@ -31,6 +31,7 @@
 #include "backend/cuda/attention_select.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
+#include "backend/ns_groups.h"
 #include "core/common.h"
 
 namespace clm {
@@ -108,9 +109,10 @@ class CudaBackend final : public Backend {
   std::string name() const override { return fmt::format("cuda:{}", dev_); }
   std::string description() const override {
     return fmt::format(
-        "cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, attention {})", dev_,
+        "cuda:{} ({}, sm_{}{}, {} SMs, {:.1f} GiB, cuBLASLt matmuls, Newton-Schulz {}, attention {})", dev_,
         info_.name, info_.cc_major, info_.cc_minor, info_.sm_count,
-        double(info_.total_memory) / double(1ull << 30), attention_description());
+        double(info_.total_memory) / double(1ull << 30), ns_batched_from_env() ? "batched" : "loop",
+        attention_description());
   }
   bool host_visible() const override { return false; }
   bool native_bf16() const override { return info_.cc_major >= 8; }
@@ -216,7 +218,7 @@ class CudaBackend final : public Backend {
   void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
     if (M > 0 && N > 0 && K > 0) {
       use();
-      plan(prec, ta, tb, M, N, K, 16, 16, 16);
+      plan(prec, ta, tb, M, N, K, 16, 16, 16, 1);
     }
   }
 
@@ -364,56 +366,54 @@ class CudaBackend final : public Backend {
   }
   // The CPU's iteration (newton_schulz.cpp), step for step: normalise by the Frobenius norm, work
   // on the short side, per step A = X X^T, A <- c A A + b A, X <- A X + a X with that step's
-  // coefficients from the schedule. bf16 precision rounds
-  // the matmul inputs (X and A) to bf16 and keeps the fp32 state; small matrices (a^2 b <=
-  // 128*128*256) run in fp32 whatever the precision, as on the CPU. Everything stays on the device:
-  // the norm goes from the sum of squares to the scaling kernel without a host round trip.
+  // coefficients from the schedule. bf16 precision rounds the matmul inputs (X and A) to bf16 and
+  // keeps the fp32 state; small matrices run in fp32 whatever the precision (ns_uses_bf16), as on
+  // the CPU. Everything stays on the device: the norm goes from the sum of squares to the scaling
+  // kernel without a host round trip.
   void newton_schulz(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched,
                      MatPrec prec) override {
     use();
     std::lock_guard<std::mutex> lock(ns_mu_);
-    const bool tr = rows > cols;
-    const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
-    constexpr int64_t kSmallNs = 128 * 128 * 256;
-    const bool half = prec == MatPrec::BF16 && a * a * b > kSmallNs;
-    float* X = ns_buf(0, size_t(n) * 4);
-    float* Y = ns_buf(1, size_t(n) * 4);
-    float* A = ns_buf(2, size_t(a * a) * 4);
-    float* Bm = ns_buf(3, size_t(a * a) * 4);
-    double* ss = reinterpret_cast<double*>(ns_buf(4, 8));
-    cuda::sum_squares(st_, G, n, ss, scratch(cuda::sum_squares_scratch(n)));
-    cuda::ns_load(st_, G, X, rows, cols, tr, ss, sched.norm_margin);
-    launched("newton_schulz");
-    if (half) {
-      auto* Xh = reinterpret_cast<bf16*>(ns_buf(5, size_t(n) * 2));
-      auto* Ah = reinterpret_cast<bf16*>(ns_buf(6, size_t(a * a) * 2));
-      for (const NsStep& k : sched.steps) {
-        cuda::f32_to_bf16(st_, X, Xh, n);
-        matmul(MatPrec::BF16, false, true, a, a, b, Xh, Xh, A, A, 1.0f, 0.0f);  // A = X X^T
-        cuda::f32_to_bf16(st_, A, Ah, a * a);
-        matmul(MatPrec::BF16, false, false, a, a, a, Ah, Ah, A, A, k.c, k.b);  // A = cAA + bA
-        cuda::f32_to_bf16(st_, A, Ah, a * a);
-        matmul(MatPrec::BF16, false, false, a, b, a, Ah, Xh, X, X, 1.0f, k.a);  // X = AX + aX
-      }
-    } else {
-      for (const NsStep& k : sched.steps) {
-        matmul(MatPrec::F32, false, true, a, a, b, X, X, A, A, 1.0f, 0.0f);
-        matmul(MatPrec::F32, false, false, a, a, a, A, A, A, Bm, k.c, k.b);
-        matmul(MatPrec::F32, false, false, a, b, a, Bm, X, X, Y, 1.0f, k.a);
-        std::swap(X, Y);
-      }
-    }
-    cuda::ns_store(st_, X, out, rows, cols, tr);
-    launched("newton_schulz");
+    ns_one(G, out, rows, cols, sched, prec);
   }
-  // The matrices share the iteration buffers above, so they run one after another on the stream;
-  // each is a chain of device-wide GEMMs already, with nothing left over for batching to fill.
+  // CLOCKLM_CUDA_NS=batched (the default): the matrices grouped by iterated shape (ns_groups), each
+  // group of two or more as one stack (ns_stack), a lone matrix as newton_schulz; =loop: one
+  // newton_schulz per matrix. The iteration buffers are grown once per call, for its largest group.
   void newton_schulz_many(const NewtonSchulzManyArgs& a) override {
-    for (int i = 0; i < a.count; ++i) newton_schulz(a.G[i], a.out[i], a.rows[i], a.cols[i], *a.sched, a.prec);
+    use();
+    std::lock_guard<std::mutex> lock(ns_mu_);
+    if (!ns_batched_from_env()) {
+      for (int i = 0; i < a.count; ++i) ns_one(a.G[i], a.out[i], a.rows[i], a.cols[i], *a.sched, a.prec);
+      return;
+    }
+    const std::vector<NsGroup> groups = ns_groups(a.rows, a.cols, a.count);
+    std::vector<cuda::NsMember> table;
+    for (const NsGroup& g : groups)
+      for (int k = 0; k < g.count(); ++k) {
+        const int i = g.members[size_t(k)];
+        table.push_back({a.G[i], a.out[i], g.transposed[size_t(k)] ? 1 : 0});
+      }
+    reserve_ns(groups, a.prec, table.size());
+    auto* dtab = reinterpret_cast<cuda::NsMember*>(ns_buf(kNsTable, table.size() * sizeof(cuda::NsMember)));
+    if (!table.empty())
+      check(cudaMemcpyAsync(dtab, table.data(), table.size() * sizeof(cuda::NsMember), cudaMemcpyHostToDevice, st_),
+            "newton_schulz_many (member table)");
+    size_t first = 0;
+    for (const NsGroup& g : groups) {
+      if (g.count() == 1) {
+        const int i = g.members[0];
+        ns_one(a.G[i], a.out[i], a.rows[i], a.cols[i], *a.sched, a.prec);
+      } else {
+        for (int k = 0; k < g.count(); k += kMaxStack)  // the load kernels' grid.y bound
+          ns_stack(dtab + first + size_t(k), std::min(kMaxStack, g.count() - k), g.a, g.b, *a.sched, a.prec);
+      }
+      first += size_t(g.count());
+    }
   }
 
  private:
   static constexpr size_t kWorkspace = size_t(32) << 20;  // cuBLASLt workspace
+  static constexpr int kMaxStack = 65535;  // matrices per Newton-Schulz stack (a grid dimension)
 
   static int act_code(Activation a) {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
@@ -479,6 +479,87 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // One matrix's iteration (newton_schulz), with ns_mu_ held.
+  void ns_one(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched, MatPrec prec) {
+    const bool tr = ns_transposed(rows, cols);
+    const int64_t a = tr ? cols : rows, b = tr ? rows : cols, n = a * b;
+    float* X = ns_buf(kNsX, size_t(n) * 4);
+    double* ss = reinterpret_cast<double*>(ns_buf(kNsSums, 8));
+    cuda::sum_squares(st_, G, n, ss, scratch(cuda::sum_squares_scratch(n)));
+    cuda::ns_load(st_, G, X, rows, cols, tr, ss, sched.norm_margin);
+    launched("newton_schulz");
+    X = ns_iterate(X, 1, a, b, sched, prec);
+    cuda::ns_store(st_, X, out, rows, cols, tr);
+    launched("newton_schulz");
+  }
+  // A group of same-shape matrices as one stack: load and normalise all (one batched reduction),
+  // iterate with strided-batched matmuls, store each back. `members` is the group's device table.
+  void ns_stack(const cuda::NsMember* members, int count, int64_t a, int64_t b, const NsSchedule& sched,
+                MatPrec prec) {
+    float* X = ns_buf(kNsX, size_t(count) * size_t(a * b) * 4);
+    void* sums = ns_buf(kNsSums, cuda::ns_stack_scratch(count, a * b));
+    cuda::ns_stack_load(st_, members, X, count, a, b, sched.norm_margin, sums);
+    launched("newton_schulz_many");
+    X = ns_iterate(X, count, a, b, sched, prec);
+    cuda::ns_stack_store(st_, members, X, count, a, b);
+    launched("newton_schulz_many");
+  }
+  // The schedule's steps on `count` normalised a x b matrices stored one after another from X (in
+  // buffer kNsX); returns where the result lies (X or the other fp32 buffer). One matmul launch
+  // per product for the whole stack.
+  float* ns_iterate(float* X, int count, int64_t a, int64_t b, const NsSchedule& sched, MatPrec prec) {
+    const size_t n = size_t(count) * size_t(a * b), aa = size_t(count) * size_t(a * a);
+    float* A = ns_buf(kNsA, aa * 4);
+    if (ns_uses_bf16(prec, a, b)) {
+      auto* Xh = reinterpret_cast<bf16*>(ns_buf(kNsXh, n * 2));
+      auto* Ah = reinterpret_cast<bf16*>(ns_buf(kNsAh, aa * 2));
+      for (const NsStep& k : sched.steps) {
+        cuda::f32_to_bf16(st_, X, Xh, int64_t(n));
+        matmul(MatPrec::BF16, false, true, a, a, b, Xh, Xh, A, A, 1.0f, 0.0f, count);  // A = X X^T
+        cuda::f32_to_bf16(st_, A, Ah, int64_t(aa));
+        matmul(MatPrec::BF16, false, false, a, a, a, Ah, Ah, A, A, k.c, k.b, count);  // A = cAA + bA
+        cuda::f32_to_bf16(st_, A, Ah, int64_t(aa));
+        matmul(MatPrec::BF16, false, false, a, b, a, Ah, Xh, X, X, 1.0f, k.a, count);  // X = AX + aX
+      }
+      return X;
+    }
+    float* Y = ns_buf(kNsY, n * 4);
+    float* Bm = ns_buf(kNsB, aa * 4);
+    for (const NsStep& k : sched.steps) {
+      matmul(MatPrec::F32, false, true, a, a, b, X, X, A, A, 1.0f, 0.0f, count);
+      matmul(MatPrec::F32, false, false, a, a, a, A, A, A, Bm, k.c, k.b, count);
+      matmul(MatPrec::F32, false, false, a, b, a, Bm, X, X, Y, 1.0f, k.a, count);
+      std::swap(X, Y);
+    }
+    return X;
+  }
+  // Grows every iteration buffer to what the call's largest group needs, before its first launch,
+  // so a call allocates at most once (and a step after the optimizer's warm-up, never).
+  void reserve_ns(const std::vector<NsGroup>& groups, MatPrec prec, size_t members) {
+    size_t need[kNsBuffers] = {};
+    need[kNsTable] = members * sizeof(cuda::NsMember);
+    for (const NsGroup& g : groups) {
+      const int count = std::min(g.count(), kMaxStack);
+      const size_t n = size_t(count) * size_t(g.a * g.b), aa = size_t(count) * size_t(g.a * g.a);
+      const bool half = ns_uses_bf16(prec, g.a, g.b);
+      const size_t want[kNsBuffers] = {n * 4, half ? 0 : n * 4, aa * 4, half ? 0 : aa * 4,
+                                       half ? n * 2 : 0, half ? aa * 2 : 0,
+                                       cuda::ns_stack_scratch(count, g.a * g.b), 0};
+      for (int i = 0; i < kNsBuffers; ++i) need[i] = std::max(need[i], want[i]);
+      if (g.count() == 1) scratch(cuda::sum_squares_scratch(g.a * g.b));
+    }
+    for (int i = 0; i < kNsBuffers; ++i)
+      if (need[i]) ns_buf(i, need[i]);
+  }
+  // CLOCKLM_CUDA_NS: batched (or unset) | loop; read at each call, so one process can compare both.
+  static bool ns_batched_from_env() {
+    const char* v = std::getenv("CLOCKLM_CUDA_NS");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "batched") return true;
+    if (s == "loop") return false;
+    fail("CLOCKLM_CUDA_NS is '{}': expected batched or loop", s);
+  }
+
   // Temporary device memory for one op at a time (ops run in stream order, so the next op may
   // reuse it). Grows, never shrinks.
   void* scratch(size_t bytes) { return grow(scratch_, scratch_bytes_, bytes); }
@@ -510,20 +591,28 @@ class CudaBackend final : public Backend {
   //   second operand = A's memory: not trans_a: stored [M,K] = column-major [K x M], ld K, as is;
   //                    trans_a: stored [K,M] = column-major [M x K], ld M, transposed -> [K x M].
   //   C and D: row-major [M,N] = column-major [N x M], ld N.
+  // batch > 1: that many products, each operand's matrices stored one after another (strides
+  // M*K, K*N and M*N elements), as one strided-batched matmul.
   void matmul(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
-              const void* B, const float* C, float* D, float alpha, float beta) {
-    if (M <= 0 || N <= 0) return;
+              const void* B, const float* C, float* D, float alpha, float beta, int batch = 1) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
     if (K <= 0) {  // an empty sum: D = beta C
       if (beta == 0.0f) {
-        zero(D, size_t(M) * N * 4);
+        zero(D, size_t(M) * N * 4 * size_t(batch));
       } else {
-        copy(D, C, size_t(M) * N * 4);
-        if (beta != 1.0f) scale(D, beta, M * N);
+        copy(D, C, size_t(M) * N * 4 * size_t(batch));
+        if (beta != 1.0f) scale(D, beta, M * N * batch);
       }
       return;
     }
-    const GemmPlan& p = plan(prec, ta, tb, M, N, K, alignment_of(A), alignment_of(B),
-                             std::min(alignment_of(C ? C : D), alignment_of(D)));
+    const size_t in_size = dtype_size(matmul_dtype(prec));
+    // Every matrix of a batch starts at base + k * stride: its alignment is also the stride's.
+    auto al = [batch](const void* p, size_t stride_bytes) {
+      return batch > 1 ? std::min(alignment_of(p), alignment_of(reinterpret_cast<const void*>(stride_bytes)))
+                       : alignment_of(p);
+    };
+    const GemmPlan& p = plan(prec, ta, tb, M, N, K, al(A, size_t(M * K) * in_size), al(B, size_t(K * N) * in_size),
+                             std::min(al(C ? C : D, size_t(M * N) * 4), al(D, size_t(M * N) * 4)), batch);
     if (!C) C = D;
     if (p.lt) {
       check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, D, p.c, &p.algo,
@@ -532,8 +621,16 @@ class CudaBackend final : public Backend {
       return;
     }
     // Fallback (shapes cuBLASLt has no algorithm for, e.g. odd leading dimensions in bf16).
-    if (beta != 0.0f && C != D) copy(D, C, size_t(M) * N * 4);
+    if (beta != 0.0f && C != D) copy(D, C, size_t(M) * N * 4 * size_t(batch));
     const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (batch > 1) {
+      check(cublasGemmStridedBatchedEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       int(N), int(M), int(K), &alpha, B, in, int(tb ? K : N), K * N, A, in,
+                                       int(ta ? M : K), M * K, &beta, D, CUDA_R_32F, int(N), M * N, batch,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+      return;
+    }
     check(
         cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
                      int(M), int(K), &alpha, B, in, int(tb ? K : N), A, in, int(ta ? M : K), &beta,
@@ -542,8 +639,8 @@ class CudaBackend final : public Backend {
   }
 
   const GemmPlan& plan(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int al_a,
-                       int al_b, int al_c) {
-    const auto key = std::make_tuple(int(prec), ta, tb, M, N, K, al_a, al_b, al_c);
+                       int al_b, int al_c, int batch) {
+    const auto key = std::make_tuple(int(prec), ta, tb, M, N, K, al_a, al_b, al_c, batch);
     std::lock_guard<std::mutex> lock(plans_mu_);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
@@ -564,6 +661,11 @@ class CudaBackend final : public Backend {
              : cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(K), uint64_t(M), K),
           "layout");
     check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(M), N), "layout");
+    if (batch > 1) {
+      set_batch(p.a, batch, K * N);
+      set_batch(p.b, batch, M * K);
+      set_batch(p.c, batch, M * N);
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     check(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = kWorkspace;
@@ -595,6 +697,14 @@ class CudaBackend final : public Backend {
     return plans_.emplace(key, p).first->second;
   }
 
+  // A layout of `batch` matrices, `stride` elements apart.
+  static void set_batch(cublasLtMatrixLayout_t l, int batch, int64_t stride) {
+    const int32_t n = batch;
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n), "batch count");
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+          "batch stride");
+  }
+
   CudaDeviceInfo info_;
   int dev_;
   int smem_optin_ = 0;         // shared memory per block a kernel may opt in to
@@ -609,10 +719,13 @@ class CudaBackend final : public Backend {
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  void* ns_[7] = {};
-  size_t ns_bytes_[7] = {};
+  // Newton-Schulz iteration buffers (ns_buf's index): the stack X and its fp32 partner Y, A = X X^T
+  // and the fp32 path's polynomial in A, X's and A's bf16 copies, the sums of squares, the member table.
+  enum { kNsX, kNsY, kNsA, kNsB, kNsXh, kNsAh, kNsSums, kNsTable, kNsBuffers };
+  void* ns_[kNsBuffers] = {};
+  size_t ns_bytes_[kNsBuffers] = {};
   std::mutex ns_mu_, plans_mu_;
-  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int>, GemmPlan> plans_;
+  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int, int>, GemmPlan> plans_;
 };
 
 }  // namespace

@@ -90,5 +90,21 @@ void normuon_scale(cudaStream_t st, const NormuonScaleArgs& a, void* scratch);
 void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t cols, bool tr,
              const double* ss, float margin);
 void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr);
+// A stack of same-shape Newton-Schulz matrices (backend/ns_groups.h): member k's input, output
+// and whether it is stored transposed (b x a). The table lives in device memory.
+struct NsMember {
+  const float* G;
+  float* out;
+  int tr;
+};
+// Bytes of scratch ns_stack_load needs for `count` matrices of n elements: their sums of squares
+// and the per-chunk partial sums.
+size_t ns_stack_scratch(int count, int64_t n);
+// X (count matrices of a x b, one after another) = each member's G (or G^T) normalised by its own
+// Frobenius norm, each sum of squares the bits sum_squares gives that matrix alone.
+void ns_stack_load(cudaStream_t st, const NsMember* m, float* X, int count, int64_t a, int64_t b,
+                   float margin, void* scratch);
+// Each member's out = its X (or X^T) in the stack.
+void ns_stack_store(cudaStream_t st, const NsMember* m, const float* X, int count, int64_t a, int64_t b);
 
 }  // namespace clm::cuda

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/ns_groups.h"
 
 namespace clm::cuda {
 
@@ -14,22 +15,47 @@ namespace {
 
 constexpr int64_t kSsChunk = 16384;
 
-__global__ void ss_chunks_k(const float* x, int64_t n, double* part) {
-  __shared__ double sh[32];
+// One chunk's sum of squares (block blockIdx.x of a sum over x[0, n)), and the total of `chunks`
+// chunk sums in one block: the same order wherever they run, so a matrix's sum has the same bits
+// alone (sum_squares) and in a stack (ns_stack_load).
+__device__ double ss_chunk(const float* x, int64_t n, double* sh) {
   const int64_t lo = int64_t(blockIdx.x) * kSsChunk;
   const int64_t hi = lo + kSsChunk < n ? lo + kSsChunk : n;
   double acc = 0;
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += double(x[i]) * double(x[i]);
-  acc = block_sum(acc, sh);
+  return block_sum(acc, sh);
+}
+
+__device__ double ss_total(const double* part, int64_t chunks, double* sh) {
+  double acc = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc += part[c];
+  return block_sum(acc, sh);
+}
+
+__global__ void ss_chunks_k(const float* x, int64_t n, double* part) {
+  __shared__ double sh[32];
+  const double acc = ss_chunk(x, n, sh);
   if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
 __global__ void ss_total_k(const double* part, int64_t chunks, double* out) {
   __shared__ double sh[32];
-  double acc = 0;
-  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc += part[c];
-  acc = block_sum(acc, sh);
+  const double acc = ss_total(part, chunks, sh);
   if (threadIdx.x == 0) *out = acc;
+}
+
+// The stack's sums: block (chunk, matrix blockIdx.y) over member blockIdx.y's G, then one block per
+// matrix adding its chunks.
+__global__ void ns_ss_chunks_k(const NsMember* m, int64_t n, int64_t chunks, double* part) {
+  __shared__ double sh[32];
+  const double acc = ss_chunk(m[blockIdx.y].G, n, sh);
+  if (threadIdx.x == 0) part[int64_t(blockIdx.y) * chunks + blockIdx.x] = acc;
+}
+
+__global__ void ns_ss_total_k(const double* part, int64_t chunks, double* out) {
+  __shared__ double sh[32];
+  const double acc = ss_total(part + int64_t(blockIdx.x) * chunks, chunks, sh);
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
 }
 
 // The clip from the per-parameter sums: one thread, the sums added in order (the CPU's order), so
@@ -155,6 +181,28 @@ __global__ void ns_store_k(const float* X, float* out, int64_t rows, int64_t col
   }
 }
 
+// The stack X (count matrices of a x b, one after another) from each member's G, as ns_load_k
+// does for one: member k's X = G or G^T times 1/(sqrt(ss[k]) * margin + 1e-7).
+__global__ void ns_stack_load_k(const NsMember* m, float* X, int count, int64_t a, int64_t b,
+                                const double* ss, float margin) {
+  const int64_t n = a * b;
+  CLM_GRID_STRIDE(idx, int64_t(count) * n) {
+    const int64_t k = idx / n, e = idx - k * n;
+    const float inv = float(1.0 / (sqrt(ss[k]) * margin + 1e-7));
+    X[idx] = m[k].G[ns_load_index(e, a, b, m[k].tr)] * inv;
+  }
+}
+
+// Each member's out from its X in the stack, as ns_store_k does for one (a tall member's out is
+// b x a, its X transposed).
+__global__ void ns_stack_store_k(const NsMember* m, const float* X, int count, int64_t a, int64_t b) {
+  const int64_t n = a * b;
+  CLM_GRID_STRIDE(idx, int64_t(count) * n) {
+    const int64_t k = idx / n, o = idx - k * n;
+    m[k].out[o] = X[k * n + ns_store_index(o, a, b, m[k].tr)];
+  }
+}
+
 }  // namespace
 
 size_t sum_squares_scratch(int64_t n) {
@@ -217,6 +265,27 @@ void ns_load(cudaStream_t st, const float* G, float* X, int64_t rows, int64_t co
 void ns_store(cudaStream_t st, const float* X, float* out, int64_t rows, int64_t cols, bool tr) {
   if (rows * cols > 0)
     ns_store_k<<<grid_for(rows * cols), kThreads, 0, st>>>(X, out, rows, cols, tr);
+}
+
+size_t ns_stack_scratch(int count, int64_t n) {
+  return size_t(std::max(count, 1)) * size_t(std::max<int64_t>((n + kSsChunk - 1) / kSsChunk, 1) + 1) * 8;
+}
+
+void ns_stack_load(cudaStream_t st, const NsMember* m, float* X, int count, int64_t a, int64_t b,
+                   float margin, void* scratch) {
+  const int64_t n = a * b;
+  if (count <= 0 || n <= 0) return;
+  const int64_t chunks = (n + kSsChunk - 1) / kSsChunk;
+  auto* ss = static_cast<double*>(scratch);
+  double* part = ss + count;
+  ns_ss_chunks_k<<<dim3(unsigned(chunks), unsigned(count)), kThreads, 0, st>>>(m, n, chunks, part);
+  ns_ss_total_k<<<unsigned(count), 1024, 0, st>>>(part, chunks, ss);
+  ns_stack_load_k<<<grid_for(int64_t(count) * n), kThreads, 0, st>>>(m, X, count, a, b, ss, margin);
+}
+
+void ns_stack_store(cudaStream_t st, const NsMember* m, const float* X, int count, int64_t a, int64_t b) {
+  if (count > 0 && a * b > 0)
+    ns_stack_store_k<<<grid_for(int64_t(count) * a * b), kThreads, 0, st>>>(m, X, count, a, b);
 }
 
 }  // namespace clm::cuda
