@@ -395,9 +395,7 @@ class CudaBackend final : public Backend {
       }
     reserve_ns(groups, a.prec, table.size());
     auto* dtab = reinterpret_cast<cuda::NsMember*>(ns_buf(kNsTable, table.size() * sizeof(cuda::NsMember)));
-    if (!table.empty())
-      check(cudaMemcpyAsync(dtab, table.data(), table.size() * sizeof(cuda::NsMember), cudaMemcpyHostToDevice, st_),
-            "newton_schulz_many (member table)");
+    upload_ns_table(dtab, table);
     size_t first = 0;
     for (const NsGroup& g : groups) {
       if (g.count() == 1) {
@@ -479,6 +477,19 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // The optimizer passes the same matrices every step, so the member table goes up only when it
+  // (or the buffer holding it) changed: a steady-state step copies nothing from the host, which a
+  // CUDA graph could not capture from pageable memory anyway.
+  void upload_ns_table(cuda::NsMember* dtab, const std::vector<cuda::NsMember>& table) {
+    const size_t bytes = table.size() * sizeof(cuda::NsMember);
+    auto same = [](const cuda::NsMember& x, const cuda::NsMember& y) { return x.G == y.G && x.out == y.out && x.tr == y.tr; };
+    if (table.empty() || (dtab == ns_table_dev_ && std::equal(table.begin(), table.end(), ns_table_host_.begin(),
+                                                              ns_table_host_.end(), same)))
+      return;
+    check(cudaMemcpyAsync(dtab, table.data(), bytes, cudaMemcpyHostToDevice, st_), "newton_schulz_many (member table)");
+    ns_table_host_ = table;
+    ns_table_dev_ = dtab;
+  }
   // One matrix's iteration (newton_schulz), with ns_mu_ held.
   void ns_one(const float* G, float* out, int64_t rows, int64_t cols, const NsSchedule& sched, MatPrec prec) {
     const bool tr = ns_transposed(rows, cols);
@@ -722,6 +733,8 @@ class CudaBackend final : public Backend {
   // Newton-Schulz iteration buffers (ns_buf's index): the stack X and its fp32 partner Y, A = X X^T
   // and the fp32 path's polynomial in A, X's and A's bf16 copies, the sums of squares, the member table.
   enum { kNsX, kNsY, kNsA, kNsB, kNsXh, kNsAh, kNsSums, kNsTable, kNsBuffers };
+  std::vector<cuda::NsMember> ns_table_host_;  // what the device's member table holds now
+  const cuda::NsMember* ns_table_dev_ = nullptr;
   void* ns_[kNsBuffers] = {};
   size_t ns_bytes_[kNsBuffers] = {};
   std::mutex ns_mu_, plans_mu_;
