@@ -1,8 +1,10 @@
 // The cuDNN attention's parts that need no GPU: finding and loading libcudnn.so.9 at run time
 // (search order, a missing or foreign library reported in one line, this machine's library loaded
-// with every symbol and its version), the `clocklm info` line, and the shape rules, tensor layouts
-// and scratch layout its plans are built from. The attention itself runs in the op tests
-// (BackendAttention, cuda_N_cudnn) on a GPU.
+// with every symbol and its version), the `clocklm info` line, the shape rules, tensor layouts
+// and scratch layout its plans are built from, and (in a CUDA build, where cuDNN loads) every
+// operation of its forward and backward graphs built and finalized by cuDNN itself, which checks
+// each descriptor's attributes, types and shapes. The operation graph, the plan and the run need
+// a GPU: the op tests (BackendAttention, cuda_N_cudnn, BackendAttentionCudnn) do those.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +12,9 @@
 #include <fstream>
 #include <set>
 
+#ifdef CLOCKLM_HAVE_CUDA
+#include "backend/cuda/attention_cudnn.h"
+#endif
 #include "backend/cuda/attention_cudnn_layout.h"
 #include "backend/cuda/cudnn_loader.h"
 #include "core/common.h"
@@ -225,3 +230,46 @@ TEST(CudnnLayout, ScratchRegionsAreAlignedAndDisjoint) {
       EXPECT_LE(regions[i - 1].first + regions[i - 1].second, regions[i].first);
   }
 }
+
+#ifdef CLOCKLM_HAVE_CUDA
+// Every descriptor of every graph kind finalizes: head dims 64 and 128, MHA, GQA and MQA, causal
+// and windowed, forward and backward; the operation counts are the graphs' shapes (the window
+// adds its index shift, comparison and select; GQA's backward adds the two group reductions).
+TEST(CudnnGraph, EveryOperationFinalizes) {
+  const CudnnLoad& lib = cudnn_library();
+  if (!lib.api) GTEST_SKIP() << cudnn_info_line(lib);
+  for (bool bwd : {false, true})
+    for (int hd : {64, 128})
+      for (auto [H, Hkv] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}})
+        for (int window : {0, 50}) {
+          const CudnnAttnKey k{.backward = bwd, .B = 2, .H = H, .Hkv = Hkv, .T = 200, .hd = hd,
+                               .window = window};
+          SCOPED_TRACE(testing::Message() << (bwd ? "bwd" : "fwd") << " hd" << hd << " H" << H
+                                          << " Hkv" << Hkv << " window " << window);
+          CudnnAttnOps g;
+          ASSERT_NO_THROW(g = build_attention_ops(*lib.api, k));
+          const size_t want = (bwd ? 22 + (H != Hkv ? 2 : 0) : 14) + (window ? 3 : 0);
+          EXPECT_EQ(g.ops.size(), want);
+          EXPECT_GT(g.descs.size(), g.ops.size());
+          destroy_descriptors(*lib.api, g.descs);
+          EXPECT_TRUE(g.descs.empty());
+        }
+}
+
+// cuDNN's checks can refuse: query heads that are no multiple of the kv heads cannot broadcast
+// in the scores' matmul, reported in one line that names the step.
+TEST(CudnnGraph, ARefusalIsOneLine) {
+  const CudnnLoad& lib = cudnn_library();
+  if (!lib.api) GTEST_SKIP() << cudnn_info_line(lib);
+  const CudnnAttnKey k{.B = 1, .H = 3, .Hkv = 2, .T = 64, .hd = 64};
+  try {
+    CudnnAttnOps g = build_attention_ops(*lib.api, k);
+    destroy_descriptors(*lib.api, g.descs);
+    FAIL() << "3 query heads over 2 kv heads were accepted";
+  } catch (const clm::Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.starts_with("cudnn: matmul op: CUDNN_STATUS_")) << m;
+    EXPECT_TRUE(one_line(m)) << m;
+  }
+}
+#endif

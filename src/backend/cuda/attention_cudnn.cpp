@@ -144,6 +144,7 @@ class Graph {
   }
 
   std::vector<void*> descs;
+  const std::vector<void*>& ops() const { return ops_; }
 
  private:
   void add_op(void* op, const char* what) {
@@ -269,7 +270,27 @@ void build_backward(Graph& g, const CudnnAttnKey& k) {
   g.pointwise(CUDNN_POINTWISE_IDENTITY, accum, nullptr, g.io(kdQ, CUDNN_DATA_BFLOAT16, qd));
 }
 
+void build_graph_ops(Graph& g, const CudnnAttnKey& k) {
+  k.backward ? build_backward(g, k) : build_forward(g, k);
+}
+
 }  // namespace
+
+CudnnAttnOps build_attention_ops(const CudnnApi& api, const CudnnAttnKey& key) {
+  Graph g(api);
+  try {
+    build_graph_ops(g, key);
+  } catch (...) {
+    destroy_descriptors(api, g.descs);
+    throw;
+  }
+  return {.descs = g.descs, .ops = g.ops()};
+}
+
+void destroy_descriptors(const CudnnApi& api, std::vector<void*>& descs) {
+  for (auto it = descs.rbegin(); it != descs.rend(); ++it) api.BackendDestroyDescriptor(*it);
+  descs.clear();
+}
 
 CudnnAttention::CudnnAttention(const CudnnApi& api, cudaStream_t st) : api_(api), st_(st) {
   load_cudnn_engines(cudnn_library());
@@ -280,7 +301,7 @@ CudnnAttention::CudnnAttention(const CudnnApi& api, cudaStream_t st) : api_(api)
 
 CudnnAttention::~CudnnAttention() {
   for (auto& [key, p] : plans_) {
-    for (auto it = p.descs.rbegin(); it != p.descs.rend(); ++it) api_.BackendDestroyDescriptor(*it);
+    destroy_descriptors(api_, p.descs);
     if (p.workspace) cudaFree(p.workspace);
   }
   if (handle_) api_.Destroy(handle_);
@@ -292,7 +313,7 @@ CudnnAttention::Plan CudnnAttention::build(const CudnnAttnKey& key) {
   Plan p;
   Graph g(api_);
   try {
-    key.backward ? build_backward(g, key) : build_forward(g, key);
+    build_graph_ops(g, key);
     void* graph = g.operation_graph(handle_);
     void* heur = g.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;

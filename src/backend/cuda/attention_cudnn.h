@@ -33,6 +33,16 @@ struct CudnnAttnBwdIo {
   float *dq, *dk, *dv;
 };
 
+// The operations of a key's graph, every descriptor built and finalized; this needs no handle
+// and no GPU (only the operation graph and the plan do), so the tests check it anywhere cuDNN
+// loads. The caller owns `descs` (destroy_descriptors); a refusal is an Error naming the step.
+struct CudnnAttnOps {
+  std::vector<void*> descs;  // every descriptor, in creation order
+  std::vector<void*> ops;    // the operations, in graph order
+};
+CudnnAttnOps build_attention_ops(const CudnnApi& api, const CudnnAttnKey& key);
+void destroy_descriptors(const CudnnApi& api, std::vector<void*>& descs);
+
 class CudnnAttention {
  public:
   // Needs a loaded cuDNN (cudnn_library().api) and the current device set; `st` is the stream
