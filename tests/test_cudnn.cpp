@@ -6,6 +6,7 @@
 // each descriptor's attributes, types and shapes. The operation graph, the plan and the run need
 // a GPU: the op tests (BackendAttention, cuda_N_cudnn, BackendAttentionCudnn) do those.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -27,7 +28,8 @@ namespace {
 
 // A fresh folder under the test's temp dir.
 fs::path temp_folder(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("clocklm-cudnn-" + name + "-" + std::to_string(::getpid()));
+  fs::path p = fs::temp_directory_path() /
+               ("clocklm-cudnn-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -68,7 +70,8 @@ TEST(CudnnLoader, MissingLibraryGivesTheFallbackLine) {
             "cudnn: not loaded (/nonexistent/libcudnn.so.9 does not exist); CUDA attention falls "
             "back to gemm");
   // Nothing anywhere: one line that says what to set.
-  const CudnnLoad none = load_cudnn({"/nonexistent/a/libcudnn.so.9", "/nonexistent/b/libcudnn.so.9"});
+  const CudnnLoad none =
+      load_cudnn({"/nonexistent/a/libcudnn.so.9", "/nonexistent/b/libcudnn.so.9"});
   EXPECT_EQ(none.api, nullptr);
   EXPECT_NE(none.why.find("CLOCKLM_CUDNN_LIB"), std::string::npos) << none.why;
   EXPECT_TRUE(one_line(cudnn_info_line(none)));

@@ -341,7 +341,8 @@ CudnnAttention::Plan CudnnAttention::build(const CudnnAttnKey& key) {
     g.check(api_.BackendGetAttribute(p.plan, int(CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE),
                                      int(CUDNN_TYPE_INT64), 1, &got, &p.workspace_bytes),
             "workspace size");
-    if (p.workspace_bytes > 0 && cudaMalloc(&p.workspace, size_t(p.workspace_bytes)) != cudaSuccess) {
+    const size_t ws = size_t(p.workspace_bytes);
+    if (ws > 0 && cudaMalloc(&p.workspace, ws) != cudaSuccess) {
       cudaGetLastError();
       fail("cudnn: cudaMalloc of a {} byte workspace failed", p.workspace_bytes);
     }
