@@ -12,9 +12,9 @@
 # and the script goes on. Everything goes to one results file, written to paste into bench/RESULTS.md.
 #
 # The test step cannot pass empty: it fails unless a CUDA device was found and every CUDA instance
-# of the op tests (one per op test per device, two per attention op test per device: fp32 and
-# gemm, counted from the binary's own list), auto's check and every CUDA parity test ran and
-# passed; skipped counts as not passed.
+# of the op tests (one per op test per device, three per attention op test per device: fp32,
+# gemm and cudnn, counted from the binary's own list), auto's check, the cuDNN plan check and
+# every CUDA parity test ran and passed; skipped counts as not passed.
 #
 # usage: bench/gpu_check.sh --bundle DIR|FILE.tar.gz   (the output of scripts/gpu-bundle.sh: no build)
 #        bench/gpu_check.sh --binaries DIR              (a build folder holding clocklm and clocklm_tests)
@@ -127,22 +127,25 @@ NGPU=$(grep -c '^cuda device [0-9]' "$LOGS/info.log")
 # ---- (b) tests ------------------------------------------------------------------------------------
 # The op tests are instantiated once per backend when the binary starts, so their CUDA instances
 # exist only where a device is; the CPU instances, listed anywhere, give the count to expect.
-# The attention op tests run once per CUDA attention implementation (cuda_N_fp32, cuda_N_gemm),
-# and one more test checks auto's choice on each device.
+# The attention op tests run once per CUDA attention implementation (cuda_N_fp32, cuda_N_gemm,
+# cuda_N_cudnn),
+# one more test checks auto's choice on each device, and one that the shapes cuDNN should serve
+# ran on cuDNN (not on its gemm fallback).
 OPS=$("$TESTS" --gtest_list_tests --gtest_filter='Backends/BackendOps.*' | grep -c '^  .*/cpu ')
 ATTN=$("$TESTS" --gtest_list_tests --gtest_filter='Backends/BackendAttention.*' | grep -c '^  .*/cpu ')
 PARITY=$("$TESTS" --gtest_list_tests --gtest_filter='CudaParity.*' | grep -c '^  ')
-EXPECTED=$(( OPS * NGPU + ATTN * 2 * NGPU + PARITY + 2 ))
+EXPECTED=$(( OPS * NGPU + ATTN * 3 * NGPU + PARITY + 3 ))
 # CLOCKLM_CUDA_SYNC=1: each op waits for itself, so a kernel fault names the op that caused it.
 step test_binary 300 env CLOCKLM_CUDA_SYNC=1 "$TESTS" \
-  --gtest_filter='Backends/BackendOps.*/cuda_*:Backends/BackendAttention.*/cuda_*:BackendAttentionAuto.*:CudaParity.*:BackendOpsDevices.*'
+  --gtest_filter='Backends/BackendOps.*/cuda_*:Backends/BackendAttention.*/cuda_*:BackendAttentionAuto.*:BackendAttentionCudnn.*:CudaParity.*:BackendOpsDevices.*'
 PASSED=$(grep -c '^\[       OK \]' "$LOGS/test_binary.log")
 PASSED_CUDA=$(grep -c '^\[       OK \] Backends/BackendOps\..*/cuda_' "$LOGS/test_binary.log")
 PASSED_FP32=$(grep -c '^\[       OK \] Backends/BackendAttention\..*/cuda_[0-9]*_fp32 ' "$LOGS/test_binary.log")
 PASSED_GEMM=$(grep -c '^\[       OK \] Backends/BackendAttention\..*/cuda_[0-9]*_gemm ' "$LOGS/test_binary.log")
+PASSED_CUDNN=$(grep -c '^\[       OK \] Backends/BackendAttention\..*/cuda_[0-9]*_cudnn ' "$LOGS/test_binary.log")
 SKIPPED=$(grep -c '^\[  SKIPPED \] [A-Za-z].* (' "$LOGS/test_binary.log")
 NFAILED=$(grep -c '^\[  FAILED  \] [A-Za-z].* (' "$LOGS/test_binary.log")
-say "tests: $PASSED of $EXPECTED expected passed ($PASSED_CUDA CUDA op instances = $OPS op tests x $NGPU devices, attention $PASSED_FP32 fp32 + $PASSED_GEMM gemm of $ATTN x $NGPU each, $PARITY parity tests, 1 device check, 1 auto check); $SKIPPED skipped, $NFAILED failed"
+say "tests: $PASSED of $EXPECTED expected passed ($PASSED_CUDA CUDA op instances = $OPS op tests x $NGPU devices, attention $PASSED_FP32 fp32 + $PASSED_GEMM gemm + $PASSED_CUDNN cudnn of $ATTN x $NGPU each, $PARITY parity tests, 1 device check, 1 auto check, 1 cudnn plan check); $SKIPPED skipped, $NFAILED failed"
 grep -E '^\[  (FAILED|SKIPPED) *\] [A-Za-z].* \(' "$LOGS/test_binary.log" | head -20 | sed 's/^/  /' >> "$RES"
 if [ "$NGPU" -eq 0 ]; then
   say "[FAIL] tests: no CUDA device was found ($(grep -m1 '^cuda devices' "$LOGS/info.log" || echo 'clocklm info failed')), so no CUDA test ran"
@@ -247,7 +250,7 @@ fi
 # ---- (g) kernels and the per-op profile: last, so that a short budget drops these first -----------
 # Attention per implementation (CLOCKLM_CUDA_ATTENTION), causal, B8 H12 T2048: TFLOP/s of the
 # attended pairs (forward 4 hd, backward 10 hd FLOPs per pair), and which one auto picked.
-for impl in fp32 gemm auto; do
+for impl in fp32 gemm cudnn auto; do
   for hd in 64 128; do
     step "attention_${impl}_hd$hd" 40 env CLOCKLM_CUDA_ATTENTION=$impl "$BIN" bench attention --device cuda \
       --batch 8 --heads 12 --seq 2048 --head-dim $hd --reps 5 --json &&

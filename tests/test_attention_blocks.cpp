@@ -397,6 +397,9 @@ TEST(AttentionSelect, ModesAndTheAutoRule) {
   EXPECT_EQ(parse_attention_mode("auto", "x"), AttnMode::Auto);
   EXPECT_EQ(parse_attention_mode("fp32", "x"), AttnMode::Fp32);
   EXPECT_EQ(parse_attention_mode("gemm", "x"), AttnMode::Gemm);
+  EXPECT_EQ(parse_attention_mode("cudnn", "x"), AttnMode::Cudnn);
+  EXPECT_STREQ(attention_mode_name(AttnMode::Cudnn), "cudnn");
+  EXPECT_STREQ(attention_impl_name(AttnImpl::Cudnn), "cudnn");
   try {
     parse_attention_mode("tf32", "CLOCKLM_CUDA_ATTENTION");
     FAIL() << "tf32 accepted";
@@ -409,6 +412,14 @@ TEST(AttentionSelect, ModesAndTheAutoRule) {
   EXPECT_EQ(faster_attention(1.0, 0.5), AttnImpl::Gemm);
   EXPECT_EQ(faster_attention(1.0, 0.95), AttnImpl::Fp32);  // a near tie keeps fp32
   EXPECT_EQ(faster_attention(0.5, 1.0), AttnImpl::Fp32);
+  // Three candidates: each later one must beat the pick so far by 10%.
+  using I = AttnImpl;
+  EXPECT_EQ(fastest_attention({{I::Fp32, 1.0}, {I::Gemm, 0.5}, {I::Cudnn, 0.2}}), I::Cudnn);
+  EXPECT_EQ(fastest_attention({{I::Fp32, 1.0}, {I::Gemm, 0.5}, {I::Cudnn, 0.46}}), I::Gemm);
+  EXPECT_EQ(fastest_attention({{I::Fp32, 1.0}, {I::Gemm, 1.2}, {I::Cudnn, 0.85}}), I::Cudnn);
+  EXPECT_EQ(fastest_attention({{I::Gemm, 1.0}, {I::Cudnn, 0.95}}), I::Gemm);
+  EXPECT_EQ(fastest_attention({{I::Cudnn, 1.0}}), I::Cudnn);
+  EXPECT_THROW(fastest_attention({}), Error);
   AttnChoices c;
   EXPECT_EQ(c.summary(), "none timed yet");
   const AttnShape a{.B = 1, .H = 2, .Hkv = 2, .Tq = 8, .Tk = 8, .Tk_cap = 8, .hd = 16};
@@ -422,6 +433,10 @@ TEST(AttentionSelect, ModesAndTheAutoRule) {
   EXPECT_EQ(c.find(a), AttnImpl::Gemm);
   EXPECT_EQ(c.find(b), AttnImpl::Fp32);
   EXPECT_EQ(c.summary(), "fwd gemm 1, fp32 1; bwd fp32 1");
+  AttnShape e = a;
+  e.Tq = e.Tk = e.Tk_cap = 32;
+  c.record(e, AttnImpl::Cudnn);
+  EXPECT_EQ(c.summary(), "fwd cudnn 1, gemm 1, fp32 1; bwd fp32 1");
 }
 
 TEST(AttentionSelect, InfoShowsTheSettingAndRefusesAnUnknownOne) {
@@ -437,6 +452,6 @@ TEST(AttentionSelect, InfoShowsTheSettingAndRefusesAnUnknownOne) {
   const size_t at = r.out.find("clocklm: error: CLOCKLM_CUDA_ATTENTION: CUDA attention 'fast'");
   ASSERT_NE(at, std::string::npos) << r.out;
   const std::string line = r.out.substr(at, r.out.find('\n', at) - at);  // the whole message
-  EXPECT_NE(line.find("(auto | fp32 | gemm)"), std::string::npos) << r.out;
+  EXPECT_NE(line.find("(auto | fp32 | gemm | cudnn)"), std::string::npos) << r.out;
 }
 

@@ -3,7 +3,7 @@
 // results come back with to_host. Forward results are compared with float64 references, backward
 // results with central finite differences of those references, on odd shapes (not multiples of any
 // tile). The CPU backend is the reference implementation; another backend must pass the same tests.
-// The attention ops run once more per GPU: once per CUDA attention implementation (fp32, gemm),
+// The attention ops run once more per GPU: once per CUDA attention implementation (fp32, gemm, cudnn),
 // and on the CPU once more with bf16 precision where its bf16 attention exists (AVX512_BF16).
 //
 // Outputs an op overwrites (=) start as NaN, so an element it forgets to write, or adds into,
@@ -23,6 +23,7 @@
 #include "test_num_util.h"
 #include "backend/backend.h"
 #include "backend/cpu/attention_select.h"
+#include "backend/cuda/cudnn_loader.h"
 #include "backend/cuda/device.h"
 #include "core/common.h"
 
@@ -874,6 +875,7 @@ std::vector<std::string> attention_variants() {
     }
     out.push_back(b + "/fp32");
     out.push_back(b + "/gemm");
+    out.push_back(b + "/cudnn");
   }
   return out;
 }
@@ -894,7 +896,9 @@ class BackendAttention : public testing::TestWithParam<std::string> {
       return;
     }
     be_ = make_cuda_backend(std::stoi(p.substr(5, slash - 5)), p.substr(slash + 1));
-    tol_.gemm = tol_.gemm_bwd = p.substr(slash + 1) == "gemm";
+    // cudnn, like gemm, multiplies bf16 roundings of the inputs (and runs gemm for the shapes
+    // cuDNN does not serve): both are held to the bf16 tolerances.
+    tol_.gemm = tol_.gemm_bwd = p.substr(slash + 1) != "fp32";
   }
   Backend& be() { return *be_; }
   void check(AttnCase c, int samples) { attention_case(*be_, c, samples, tol_, prec_); }
@@ -1012,7 +1016,7 @@ static void attention_once(Backend& b, AttnCase c) {
   b.synchronize();
 }
 
-// Under auto, a GPU backend times both implementations on a shape's first call, keeps one, and its
+// Under auto, a GPU backend times every implementation serving a shape on its first call, keeps one, and its
 // description says which per pass; the results are those of the one kept.
 TEST(BackendAttentionAuto, PicksOnePerShapeAndSaysSo) {
   int gpus = 0;
@@ -1022,18 +1026,52 @@ TEST(BackendAttentionAuto, PicksOnePerShapeAndSaysSo) {
     std::shared_ptr<Backend> be = make_cuda_backend(std::stoi(n.substr(5)), "auto");
     EXPECT_NE(be->description().find("attention auto"), std::string::npos) << be->description();
     const AttnCase c{2, 4, 2, 200, 64};
-    attention_once(*be, c);  // times both implementations of each pass and keeps one
+    attention_once(*be, c);  // times the implementations of each pass and keeps one
     const std::string d = be->description();
     EXPECT_NE(d.find("fwd "), std::string::npos) << d;
     EXPECT_NE(d.find("bwd "), std::string::npos) << d;
     // Each pass is checked at the tolerance of the implementation it kept: the fp32 one against
-    // the exact inputs, the gemm one against their bf16 rounding.
-    const AttnTolerance kept{.gemm = d.find("fwd gemm") != std::string::npos,
-                             .gemm_bwd = d.find("bwd gemm") != std::string::npos};
+    // the exact inputs, gemm and cudnn against their bf16 rounding.
+    const AttnTolerance kept{.gemm = d.find("fwd fp32") == std::string::npos,
+                             .gemm_bwd = d.find("bwd fp32") == std::string::npos};
     attention_case(*be, c, 20, kept);  // the cached picks
     EXPECT_EQ(be->description(), d);
   }
   if (gpus == 0) GTEST_SKIP() << "no CUDA backend: auto has nothing to choose between";
+}
+
+// A forced cudnn runs gemm where cuDNN has no plan, so the cuda_N_cudnn tests alone would pass on
+// gemm if every plan failed. Here each shape cuDNN should serve (head dims 64 and 128, MHA, GQA,
+// MQA, causal and windowed) must be counted as run on cudnn, forward and backward, and pass the
+// bf16 tolerances. Skipped without a GPU or without cuDNN (bench/gpu_check.sh counts a skip as a
+// failure).
+static int cudnn_count(const std::string& desc, const char* pass) {
+  const std::string tag = std::string(pass) + " cudnn ";
+  const size_t at = desc.find(tag);
+  return at == std::string::npos ? 0 : std::atoi(desc.c_str() + at + tag.size());
+}
+
+TEST(BackendAttentionCudnn, ServedShapesRunOnCudnn) {
+  const cuda::CudnnLoad& lib = cuda::cudnn_library();
+  int gpus = 0;
+  for (const std::string& n : available_backends()) {
+    if (!n.starts_with("cuda:")) continue;
+    ++gpus;
+    if (!lib.api) GTEST_SKIP() << cuda::cudnn_info_line(lib);
+    std::shared_ptr<Backend> be = make_cuda_backend(std::stoi(n.substr(5)), "cudnn");
+    // T values no other attention test uses, so each shape is new to the backend.
+    for (AttnCase c : {AttnCase{1, 4, 2, 136, 64}, AttnCase{2, 2, 2, 136, 128},
+                       AttnCase{1, 4, 1, 264, 64, 50}, AttnCase{1, 2, 2, 264, 128, 100}}) {
+      SCOPED_TRACE(testing::Message() << "B" << c.B << " H" << c.H << " Hkv" << c.Hkv << " T" << c.T
+                                      << " hd" << c.hd << " window " << c.window);
+      const std::string before = be->description();
+      attention_case(*be, c, 10, AttnTolerance{.gemm = true, .gemm_bwd = true});
+      const std::string after = be->description();
+      EXPECT_EQ(cudnn_count(after, "fwd"), cudnn_count(before, "fwd") + 1) << after;
+      EXPECT_EQ(cudnn_count(after, "bwd"), cudnn_count(before, "bwd") + 1) << after;
+    }
+  }
+  if (gpus == 0) GTEST_SKIP() << "no CUDA backend: no cuDNN attention to run";
 }
 
 // =================================================================================================

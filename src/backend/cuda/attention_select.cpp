@@ -7,17 +7,29 @@
 
 namespace clm::cuda {
 
-const char* attention_impl_name(AttnImpl impl) { return impl == AttnImpl::Fp32 ? "fp32" : "gemm"; }
+const char* attention_impl_name(AttnImpl impl) {
+  switch (impl) {
+    case AttnImpl::Fp32: return "fp32";
+    case AttnImpl::Gemm: return "gemm";
+    default: return "cudnn";
+  }
+}
 
 const char* attention_mode_name(AttnMode mode) {
-  return mode == AttnMode::Auto ? "auto" : mode == AttnMode::Fp32 ? "fp32" : "gemm";
+  switch (mode) {
+    case AttnMode::Auto: return "auto";
+    case AttnMode::Fp32: return "fp32";
+    case AttnMode::Gemm: return "gemm";
+    default: return "cudnn";
+  }
 }
 
 AttnMode parse_attention_mode(const std::string& text, const std::string& origin) {
   if (text == "auto") return AttnMode::Auto;
   if (text == "fp32") return AttnMode::Fp32;
   if (text == "gemm") return AttnMode::Gemm;
-  fail("{}: CUDA attention '{}' is unknown (auto | fp32 | gemm)", origin, text);
+  if (text == "cudnn") return AttnMode::Cudnn;
+  fail("{}: CUDA attention '{}' is unknown (auto | fp32 | gemm | cudnn)", origin, text);
 }
 
 AttnMode attention_mode_from_env() {
@@ -26,8 +38,16 @@ AttnMode attention_mode_from_env() {
   return parse_attention_mode(v, "CLOCKLM_CUDA_ATTENTION");
 }
 
+AttnImpl fastest_attention(const std::vector<AttnTiming>& timed) {
+  if (timed.empty()) fail("fastest_attention: nothing was timed");
+  AttnTiming best = timed.front();
+  for (const AttnTiming& t : timed)
+    if (t.seconds < 0.9 * best.seconds) best = t;
+  return best.impl;
+}
+
 AttnImpl faster_attention(double fp32_seconds, double gemm_seconds) {
-  return gemm_seconds < 0.9 * fp32_seconds ? AttnImpl::Gemm : AttnImpl::Fp32;
+  return fastest_attention({{AttnImpl::Fp32, fp32_seconds}, {AttnImpl::Gemm, gemm_seconds}});
 }
 
 std::optional<AttnImpl> AttnChoices::find(const AttnShape& s) const {
@@ -44,15 +64,16 @@ void AttnChoices::record(const AttnShape& s, AttnImpl impl) {
 
 std::string AttnChoices::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
-  int n[2][2] = {};  // [backward][gemm]
-  for (const auto& [key, impl] : picked_) ++n[std::get<0>(key)][impl == AttnImpl::Gemm];
+  int n[2][3] = {};  // [backward][AttnImpl]
+  for (const auto& [key, impl] : picked_) ++n[std::get<0>(key)][int(impl)];
+  const AttnImpl order[3] = {AttnImpl::Cudnn, AttnImpl::Gemm, AttnImpl::Fp32};
   std::string out;
   for (int bwd = 0; bwd < 2; ++bwd) {
-    if (n[bwd][0] + n[bwd][1] == 0) continue;
-    std::string pass = bwd ? "bwd" : "fwd";
-    if (n[bwd][1]) pass += fmt::format(" gemm {}", n[bwd][1]);
-    if (n[bwd][0]) pass += fmt::format("{} fp32 {}", n[bwd][1] ? "," : "", n[bwd][0]);
-    out += (out.empty() ? "" : "; ") + pass;
+    std::string pass;
+    for (AttnImpl impl : order)
+      if (const int c = n[bwd][int(impl)])
+        pass += fmt::format("{} {} {}", pass.empty() ? "" : ",", attention_impl_name(impl), c);
+    if (!pass.empty()) out += (out.empty() ? "" : "; ") + std::string(bwd ? "bwd" : "fwd") + pass;
   }
   return out.empty() ? "none timed yet" : out;
 }

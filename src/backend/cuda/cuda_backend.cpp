@@ -2,7 +2,8 @@
 // stream, so ops run in issue order and nothing waits for the device except what the interface
 // says waits (to_host, synchronize, a timer's stop): ops that produce a value (losses, norms)
 // write it to device memory.
-// Kernels live in ops.cu, attention.cu, attention_gemm.cu and optim.cu; this file is host code:
+// Kernels live in ops.cu, attention.cu, attention_gemm.cu and optim.cu (and cuDNN's, through
+// attention_cudnn.h); this file is host code:
 // memory, cuBLASLt matmuls (descriptors and the chosen algorithm cached per shape), Newton-Schulz
 // as a chain of those matmuls, the attention implementation per shape (attention_select.h), and
 // the scratch buffers the kernels borrow. The ops whose launcher is the whole op (`stream` in
@@ -25,10 +26,13 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/attention_gemm.h"
 #include "backend/cuda/attention_select.h"
+#include "backend/cuda/cudnn_loader.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
 #include "backend/ns_groups.h"
@@ -293,6 +297,10 @@ class CudaBackend final : public Backend {
         check_head_dim(s.hd);
         cuda::attention_fwd(st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq, a.Tk, a.Tk_cap,
                             s.hd, a.window);
+      } else if (impl == cuda::AttnImpl::Cudnn) {
+        const cuda::CudnnAttnKey k = cuda::cudnn_attention_key(key);
+        cudnn_->forward(k, {.q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .Tk_cap = a.Tk_cap},
+                        scratch(cuda::cudnn_attention_scratch(k).total));
       } else {
         void* ws = scratch(cuda::attention_gemm_fwd_scratch(s.B, s.H, a.Tq, a.Tk, s.hd, a.window));
         check(cuda::attention_gemm_fwd(blas_, st_, a.q, a.k, a.v, a.o, a.lse, s.B, s.H, s.Hkv, a.Tq,
@@ -313,6 +321,11 @@ class CudaBackend final : public Backend {
         cuda::attention_bwd(st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk, a.dv, s.B, s.H,
                             s.Hkv, a.T, s.hd, a.window,
                             scratch(cuda::attention_bwd_scratch(s.B, s.H, a.T)));
+      } else if (impl == cuda::AttnImpl::Cudnn) {
+        const cuda::CudnnAttnKey k = cuda::cudnn_attention_key(key);
+        cudnn_->backward(k, {.q = a.q, .k = a.k, .v = a.v, .o = a.o, .lse = a.lse, .dout = a.dout,
+                             .dq = a.dq, .dk = a.dk, .dv = a.dv},
+                         scratch(cuda::cudnn_attention_scratch(k).total));
       } else {
         void* ws = scratch(cuda::attention_gemm_bwd_scratch(s.B, s.H, s.Hkv, a.T, s.hd, a.window));
         check(cuda::attention_gemm_bwd(blas_, st_, a.q, a.k, a.v, a.o, a.lse, a.dout, a.dq, a.dk,
@@ -441,14 +454,53 @@ class CudaBackend final : public Backend {
            cuda::attention_smem_bytes(hd) <= size_t(smem_optin_);
   }
 
-  // Calls run(impl) once with the implementation for this shape. Under auto, the first call of a
-  // shape runs both once (warm-up: cuBLAS plans, scratch), times one more run of each and records
-  // the faster (faster_attention); the chosen one runs last, so the outputs are its own. Both
-  // implementations only overwrite their outputs, so running an op again changes nothing else.
+  // Whether cuDNN serves this shape: the library loaded, a handle made, the shape in its rules
+  // (attention_cudnn_layout.h) and a plan built for it (once per shape; a failure is kept too).
+  bool cudnn_serves(const cuda::AttnShape& key) {
+    if (!cuda::cudnn_attention_unsupported(key).empty()) return false;
+    if (!cudnn_ready()) return false;
+    return cudnn_->prepare(cuda::cudnn_attention_key(key)).empty();
+  }
+  bool cudnn_ready() {
+    std::lock_guard<std::mutex> lock(cudnn_mu_);
+    if (cudnn_ || !cudnn_off_.empty()) return cudnn_ != nullptr;
+    const cuda::CudnnLoad& lib = cuda::cudnn_library();
+    if (!lib.api) {
+      cudnn_off_ = lib.why;
+      return false;
+    }
+    try {
+      cudnn_ = std::make_unique<cuda::CudnnAttention>(*lib.api, st_);
+    } catch (const Error& e) {
+      cudnn_off_ = e.what();
+    }
+    return cudnn_ != nullptr;
+  }
+  // The implementations auto compares for a shape, in fastest_attention's order.
+  std::vector<cuda::AttnImpl> attention_candidates(const cuda::AttnShape& key) {
+    std::vector<cuda::AttnImpl> c;
+    if (fp32_attention_fits(key.hd)) c.push_back(cuda::AttnImpl::Fp32);
+    c.push_back(cuda::AttnImpl::Gemm);
+    if (cudnn_serves(key)) c.push_back(cuda::AttnImpl::Cudnn);
+    return c;
+  }
+
+  // Calls run(impl) once with the implementation for this shape. A forced cudnn runs gemm for a
+  // shape cuDNN does not serve (recorded per shape, so the description counts them). Under auto,
+  // the first call of a shape runs each candidate once (warm-up: cuBLAS and cuDNN plans,
+  // scratch), times one more run of each and records the fastest (fastest_attention); the chosen
+  // one runs last, so the outputs are its own. Every implementation only overwrites its outputs,
+  // so running an op again changes nothing else.
   template <typename Run>
   void with_attention(const cuda::AttnShape& key, Run run) {
     using cuda::AttnImpl;
-    if (attn_mode_ != cuda::AttnMode::Auto || !fp32_attention_fits(key.hd)) {
+    if (attn_mode_ == cuda::AttnMode::Cudnn) {
+      const AttnImpl impl = cudnn_serves(key) ? AttnImpl::Cudnn : AttnImpl::Gemm;
+      if (!attn_choices_.find(key)) attn_choices_.record(key, impl);
+      run(impl);
+      return;
+    }
+    if (attn_mode_ != cuda::AttnMode::Auto) {
       run(attn_mode_ == cuda::AttnMode::Fp32 ? AttnImpl::Fp32 : AttnImpl::Gemm);
       return;
     }
@@ -456,23 +508,31 @@ class CudaBackend final : public Backend {
       run(*picked);
       return;
     }
-    const AttnImpl both[2] = {AttnImpl::Fp32, AttnImpl::Gemm};
-    double sec[2] = {0, 0};
-    for (AttnImpl impl : both) run(impl);
-    auto t = timer();
-    for (int i = 0; i < 2; ++i) {
-      t->start();
-      run(both[i]);
-      sec[i] = t->stop();
+    const std::vector<AttnImpl> cands = attention_candidates(key);
+    if (cands.size() == 1) {
+      run(cands[0]);
+      return;
     }
-    const AttnImpl pick = cuda::faster_attention(sec[0], sec[1]);
+    for (AttnImpl impl : cands) run(impl);
+    std::vector<cuda::AttnTiming> timed;
+    auto t = timer();
+    for (AttnImpl impl : cands) {
+      t->start();
+      run(impl);
+      timed.push_back({impl, t->stop()});
+    }
+    const AttnImpl pick = cuda::fastest_attention(timed);
     attn_choices_.record(key, pick);
-    if (pick == AttnImpl::Fp32) run(pick);
+    if (pick != cands.back()) run(pick);
   }
   std::string attention_description() const {
     switch (attn_mode_) {
       case cuda::AttnMode::Fp32: return "fp32 (CUDA-core tiles)";
       case cuda::AttnMode::Gemm: return "gemm (bf16 tensor-core GEMMs)";
+      case cuda::AttnMode::Cudnn:
+        return fmt::format("cudnn (fused flash attention, gemm where cuDNN does not serve a shape; "
+                           "per shape: {})",
+                           attn_choices_.summary());
       default: return fmt::format("auto, per shape: {}", attn_choices_.summary());
     }
   }
@@ -720,7 +780,10 @@ class CudaBackend final : public Backend {
   int dev_;
   int smem_optin_ = 0;         // shared memory per block a kernel may opt in to
   cuda::AttnMode attn_mode_;   // CLOCKLM_CUDA_ATTENTION or make_cuda_backend's choice
-  cuda::AttnChoices attn_choices_;  // auto's implementation per shape
+  cuda::AttnChoices attn_choices_;  // auto's implementation per shape (cudnn's fallbacks too)
+  std::mutex cudnn_mu_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;  // made on the first shape cuDNN could serve
+  std::string cudnn_off_;  // why cuDNN is not used by this backend (empty: not tried, or in use)
   std::mutex peak_mu_;
   double peak_[2] = {0, 0};  // peak_flops: bf16, fp32 (0: not measured yet)
   bool sync_each_op_ = false;  // CLOCKLM_CUDA_SYNC=1
