@@ -22,6 +22,8 @@
 #include "optim/optim.h"
 #include "tok/train.h"
 #include "train/schedule.h"
+#include "train/trainer.h"
+#include "test_counting_backend_util.h"
 
 using namespace clm;
 namespace fs = std::filesystem;
@@ -424,4 +426,67 @@ TEST(TrainCli, DivergenceStopsWithAClearError) {
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
   fs::remove_all(run);
+}
+
+TEST(TrainLoop, ReadsTheDeviceOnlyOnLoggedSteps) {
+  // With train.log_every=4 and no periodic evaluation or checkpoint, a single-process run reads
+  // nothing from the device on steps 1-3, 5-7, ... and once on steps 4, 8, 12 (for their metrics
+  // rows), and never synchronizes; the rows are those of a run that reads every step (log_every=1),
+  // bit for bit, NorMuon, two micro-batches, the multi-token head and clipping included.
+  auto run_with = [](int log_every, const std::shared_ptr<Backend>& be, const std::string& name) {
+    TrainOptions o;
+    o.config = "d4";
+    o.sets = {"n_layer=2", "d_model=64", "n_head=2", "n_kv_head=2", "head_dim=32", "seq_len=64",
+              "micro_batch=4", "batch_tokens=512", "val_tokens=1024", "periodic_val_tokens=0",
+              "checkpoint_every_seconds=0", "train.threads=2", "max_steps=13", "model.mtp_weight=0.3",
+              "optim.matrix.kind=normuon", "grad_clip=0.5", fmt::format("log_every={}", log_every)};
+    o.data_dir = tiny_dataset();
+    o.out_dir = temp_run(name);
+    o.budget_seconds = 3600;
+    o.quiet = true;
+    o.backend = be;
+    train(o);
+    auto rows = read_metrics(o.out_dir);
+    fs::remove_all(o.out_dir);
+    return rows;
+  };
+  auto counting = std::make_shared<test_util::CountingBackend>();
+  const auto every4 = run_with(4, counting, "reads4");
+  ASSERT_GE(counting->reads_per_step.size(), 12u);  // 13 steps: 12 whole intervals between them
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(counting->reads_per_step[i], (i + 1) % 4 == 0 ? 1 : 0) << "step " << i + 1;
+    EXPECT_EQ(counting->syncs_per_step[i], 0) << "step " << i + 1;
+  }
+  const auto every1 = run_with(1, make_backend("cpu"), "reads1");
+  int compared = 0;
+  for (const auto& row : every4) {
+    if (!row.contains("loss")) continue;
+    const int64_t step = row["step"].get<int64_t>();
+    ASSERT_LE(size_t(step), every1.size());
+    const auto& same = every1[size_t(step) - 1];
+    ASSERT_EQ(same["step"], row["step"]);
+    for (const char* key : {"loss", "grad_norm", "mtp_loss", "lr", "tokens"})
+      EXPECT_EQ(same[key], row[key]) << key << " at step " << step;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 3);  // steps 4, 8, 12 (13 is the last, unlogged: 13 % 4 != 0)
+}
+
+TEST(TrainCli, DivergenceBetweenLoggedStepsNamesItsStep) {
+  // A step that diverges between metrics rows is reported at the next read with its own step, as
+  // when every step is read.
+  const std::string bin = CLOCKLM_BINARY;
+  std::string said[2];
+  for (int log_every : {1, 7}) {
+    const std::string run = temp_run(fmt::format("nan{}", log_every));
+    CmdResult r = run_cmd(bin + " train" + kTiny + " --set embed.lr=1e38 --set head.lr=1e38 --set grad_clip=0" +
+                          fmt::format(" --set log_every={}", log_every) + " --set max_steps=20 --data " +
+                          tiny_dataset() + " --budget 1h --out " + run);
+    EXPECT_NE(r.status, 0) << r.out;
+    const size_t at = r.out.find("training diverged");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    said[log_every == 1 ? 0 : 1] = r.out.substr(at, r.out.find(';', at) - at);
+    fs::remove_all(run);
+  }
+  EXPECT_EQ(said[0], said[1]);
 }

@@ -3,6 +3,7 @@
 // twenty steps with the batched Newton-Schulz track one matrix at a time, and a non-finite loss or gradient throws NonFiniteError without touching the weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -13,7 +14,9 @@
 #include "core/common.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
+#include "train/step_window.h"
 #include "train/train_step.h"
+#include "test_counting_backend_util.h"
 #include "test_model_util.h"
 
 using namespace clm;
@@ -50,44 +53,6 @@ Curve three_steps(const std::string& prec) {
   }
   return c;
 }
-
-// A backend that forwards everything to the CPU backend and counts the calls that make a device
-// wait for the host: reads back (to_host) and synchronize.
-class CountingBackend final : public Backend {
- public:
-  int reads = 0, syncs = 0;
-  std::string name() const override { return be_.name(); }
-  std::string description() const override { return be_.description(); }
-  bool host_visible() const override { return be_.host_visible(); }
-  bool native_bf16() const override { return be_.native_bf16(); }
-  size_t memory_capacity() const override { return be_.memory_capacity(); }
-  void* alloc(size_t bytes) override { return be_.alloc(bytes); }
-  void free(void* p) override { be_.free(p); }
-  void to_device(void* dst, const void* src, size_t bytes) override { be_.to_device(dst, src, bytes); }
-  void to_host(void* dst, const void* src, size_t bytes) override {
-    ++reads;
-    be_.to_host(dst, src, bytes);
-  }
-  void copy(void* dst, const void* src, size_t bytes) override { be_.copy(dst, src, bytes); }
-  void zero(void* dst, size_t bytes) override { be_.zero(dst, bytes); }
-  void synchronize() override {
-    ++syncs;
-    be_.synchronize();
-  }
-  std::unique_ptr<DeviceTimer> timer() override { return be_.timer(); }
-  void set_threads(int n) override { be_.set_threads(n); }
-  double peak_flops(MatPrec prec) override { return be_.peak_flops(prec); }
-  void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
-    be_.prepare_gemm(prec, ta, tb, M, N, K);
-  }
-#define CLM_COUNTING_OP(name, R, params, args, cpu, cuda) \
-  R name params override { return be_.name args; }
-  CLM_BACKEND_OPS(CLM_COUNTING_OP)
-#undef CLM_COUNTING_OP
-
- private:
-  Backend& be_ = cpu_backend();
-};
 
 }  // namespace
 
@@ -233,7 +198,7 @@ TEST(TrainStep, OneReadFromTheDevicePerStep) {
   OptimConfig oc = model_test::muon_optim("fp32");
   oc.matrix.kind = "normuon";
   oc.grad_clip = 0.5f;
-  CountingBackend counting;
+  test_util::CountingBackend counting;
   auto in = model_test::random_tokens(size_t(accum) * B * T, mc.vocab_size, 21),
        tg = model_test::random_tokens(in.size(), mc.vocab_size, 22);
   std::vector<StepResult> got;
@@ -269,4 +234,94 @@ TEST(TrainStep, NonFiniteGradientUpdatesNothing) {
   float norm = opt.step(1.0f);
   EXPECT_FALSE(std::isfinite(norm));
   EXPECT_EQ(d, std::vector<float>(12, 0.5f));
+}
+
+TEST(TrainStep, QueuedStepsAreReadOnceTogether) {
+  // Three steps queued in a StepWindow read nothing; its read is one to_host, and gives the last
+  // step's loss, multi-token loss and norm bit for bit as train_step reading after each step.
+  const int B = 2, T = 16, accum = 2;
+  ModelConfig mc = small_model("fp32");
+  mc.mtp_weight = 0.3f;
+  OptimConfig oc = model_test::muon_optim("fp32");
+  oc.matrix.kind = "normuon";
+  oc.grad_clip = 0.5f;
+  auto in = model_test::random_tokens(size_t(accum) * B * T, mc.vocab_size, 31),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 32);
+  const ScheduleValues sv{1.0f, 1.0f, 0.9f};
+  StepResult direct;
+  {
+    GPT model(mc, B, T);
+    model.init_weights(9);
+    Optimizer opt(model.params(), oc);
+    for (int s = 0; s < 3; ++s) direct = train_step(model, &opt, in.data(), tg.data(), accum, B, T, sv);
+  }
+  test_util::CountingBackend counting;
+  GPT model(mc, B, T, counting);
+  model.init_weights(9);
+  Optimizer opt(model.params(), oc);
+  StepWindow window(counting, accum, 3);
+  const int reads = counting.reads;
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(window.fits(accum));
+    StepOptions so;
+    so.scalars = window.next(accum);
+    QueuedStep q;
+    so.queued = &q;
+    const StepResult r = train_step(model, &opt, in.data(), tg.data(), accum, B, T, sv, so);
+    EXPECT_GT(r.seconds, 0.0);
+    window.add(std::move(q), s);
+  }
+  EXPECT_FALSE(window.fits(accum));
+  EXPECT_EQ(counting.reads, reads);
+  EXPECT_EQ(counting.syncs, 0);
+  const StepWindow::Read got = window.read(&opt);
+  EXPECT_EQ(counting.reads, reads + 1);
+  EXPECT_TRUE(got.error.empty()) << got.error;
+  EXPECT_TRUE(window.empty());
+  EXPECT_TRUE(window.fits(accum));
+  EXPECT_EQ(got.last.loss, direct.loss);
+  EXPECT_EQ(got.last.grad_norm, direct.grad_norm);
+  ASSERT_EQ(got.last.aux.size(), 1u);
+  EXPECT_EQ(got.last.aux[0].second, direct.aux[0].second);
+}
+
+TEST(TrainStep, QueuedNonFiniteStepIsNamedAndSkipped) {
+  // Of three queued steps the middle one meets a NaN embedding row: its update is skipped on the
+  // device (the head is what the first step left), the third is applied, and the read names step 1.
+  const int B = 1, T = 16;
+  ModelConfig mc = small_model("fp32");
+  GPT model(mc, B, T);
+  model.init_weights(3);
+  Optimizer opt(model.params(), model_test::muon_optim("fp32"));
+  auto in = model_test::random_tokens(size_t(B) * T, mc.vocab_size, 1),
+       tg = model_test::random_tokens(in.size(), mc.vocab_size, 2);
+  int32_t unused = 0;
+  while (std::find(in.begin(), in.end(), unused) != in.end()) ++unused;
+  std::vector<int32_t> bad_in = in;
+  bad_in[0] = unused;
+  Param& wte = model.params().front();
+  std::vector<float> w(size_t(wte.numel()));
+  wte.to_host(w.data());
+  w[size_t(unused) * mc.d_model] = std::numeric_limits<float>::quiet_NaN();
+  wte.from_host(w.data());
+  model.weights_changed();
+  Param& head = model.params().back();
+  std::vector<float> after_first(size_t(head.numel())), after_second(after_first.size());
+  StepWindow window(cpu_backend(), 1, 3);
+  for (int s = 0; s < 3; ++s) {
+    StepOptions so;
+    so.scalars = window.next(1);
+    QueuedStep q;
+    so.queued = &q;
+    EXPECT_NO_THROW(train_step(model, &opt, s == 1 ? bad_in.data() : in.data(), tg.data(), 1, B, T, ScheduleValues{}, so));
+    window.add(std::move(q), s);
+    head.to_host((s == 0 ? after_first : after_second).data());
+    if (s == 1) EXPECT_EQ(after_first, after_second);
+  }
+  head.to_host(after_second.data());
+  EXPECT_NE(after_first, after_second);
+  const StepWindow::Read got = window.read(&opt);
+  EXPECT_EQ(got.error_step, 1);
+  EXPECT_NE(got.error.find("loss is nan"), std::string::npos) << got.error;
+  EXPECT_TRUE(std::isfinite(got.last.loss));
 }

@@ -87,7 +87,7 @@ void open_run(RunContext& run) {
   // With several ranks on GPUs each rank takes its own GPU, and every collective goes over NCCL
   // (device_comm; host-side decisions are staged through the GPU), else over the launcher's MPI.
   Comm& launch = world_comm();
-  run.device = make_backend(rank_device_name(o.device, launch));
+  run.device = o.backend && launch.world() == 1 ? o.backend : make_backend(rank_device_name(o.device, launch));
   run.comm = &device_comm(launch, *run.device);
   run.rank = run.comm->rank();
   run.world = run.comm->world();

@@ -30,6 +30,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Steps queued without a read at most (their scalars are a few doubles each): with a longer
+// log_every the loop also reads, without logging, every this many steps.
+constexpr int kMaxQueuedSteps = 256;
+
 // Set by SIGINT/SIGTERM/SIGUSR1: the loop finishes its step, checkpoints and exits (the one piece
 // of global state, as a signal handler can only reach globals). SIGUSR1 is there for jobs under
 // mpirun, which forwards it to every rank, whereas its SIGTERM kills the ranks a second later.
@@ -89,7 +93,8 @@ TrainLoop::TrainLoop(const RunContext& run, TrainSetup& setup, TrainState& state
       inputs_(size_t(accum_) * run.micro_batch * run.seq_len),
       targets_(inputs_.size()),
       prof_first_(state.step + 2),
-      session_start_step_(state.step) {
+      session_start_step_(state.step),
+      queued_(setup.model->backend(), accum_, std::min(tc_.log_every, kMaxQueuedSteps)) {
   if (run.lead)
     metrics_ = std::make_unique<MetricsLog>((fs::path(run.dir) / "metrics.jsonl").string(),
                                             run.resuming ? state.step : -1);
@@ -198,11 +203,20 @@ std::optional<LoopEnd> TrainLoop::stop_before_step() {
 // same clock and the same decision. Returns the result with `seconds` set to the shared time.
 StepResult TrainLoop::timed_step(int64_t micro_batches, int rows, int row_len, const ScheduleValues& sv) {
   StepResult sr;
+  const bool queue = run_.world == 1;
+  if (queue && !queued_.fits(micro_batches)) read_queued();
   try {
     StepOptions so;
     so.comm = &comm_;
+    QueuedStep q;
+    if (queue) {
+      so.scalars = queued_.next(micro_batches);
+      so.queued = &q;
+    }
     sr = train_step(model_, &opt_, inputs_.data(), targets_.data(), micro_batches, rows, row_len, sv, so);
+    if (queue) queued_.add(std::move(q), state_.step);
   } catch (const NonFiniteError& e) {
+    read_queued();  // an earlier queued step that was not finite is the one to report
     // With several ranks train_step throws on every rank at once, so this is collective.
     throw CollectiveError(fmt::format("training diverged: {} at step {}; {}", e.what(), state_.step, diverged_note()));
   }
@@ -215,14 +229,31 @@ StepResult TrainLoop::timed_step(int64_t micro_batches, int rows, int row_len, c
   return sr;
 }
 
-// Periodic validation, off the clock (the final one happens after the loop); true when it ran.
-bool TrainLoop::periodic_eval(double pos, nlohmann::json& row) {
+void TrainLoop::read_queued(StepResult* sr) {
+  if (queued_.empty()) return;
+  StepWindow::Read r = queued_.read(&opt_);
+  if (!r.error.empty())
+    throw CollectiveError(
+        fmt::format("training diverged: {} at step {}; {}", r.error, r.error_step, diverged_note()));
+  last_loss_ = r.last.loss;
+  if (!sr) return;
+  sr->loss = r.last.loss;
+  sr->aux = std::move(r.last.aux);
+  sr->grad_norm = r.last.grad_norm;
+}
+
+// Whether a periodic validation is due at `pos`; moves the next one past it.
+bool TrainLoop::eval_due(double pos) {
   bool due = false;
   if (tc_.eval_every_seconds > 0 && tc_.periodic_val_tokens > 0 && pos > 0 && pos >= state_.next_eval_at) {
     due = !(deterministic() && state_.step >= tc_.max_steps);
     while (state_.next_eval_at <= pos) state_.next_eval_at += tc_.eval_every_seconds;
   }
-  if (!due) return false;
+  return due;
+}
+
+// Periodic validation, off the clock (the final one happens after the loop).
+void TrainLoop::periodic_eval(nlohmann::json& row) {
   const BpbResult r = evaluate(tc_.periodic_val_tokens, false);
   row["val_bpb"] = r.bpb;
   row["val_tokens"] = r.tokens;
@@ -230,7 +261,6 @@ bool TrainLoop::periodic_eval(double pos, nlohmann::json& row) {
   if (progress_)
     progress_->message(fmt::format("step {} | {:.1f}s of budget | val bpb {:.4f} ({} tokens)", state_.step,
                                    state_.clock.used, r.bpb, r.tokens));
-  return true;
 }
 
 void TrainLoop::show_progress(double tps, double step_flops_per_token, const ScheduleValues& sv) {
@@ -247,12 +277,20 @@ void TrainLoop::show_progress(double tps, double step_flops_per_token, const Sch
 }
 
 // The bookkeeping of a finished step: state, metrics row, periodic evaluation, progress line,
-// the profile's end and the periodic checkpoint.
-void TrainLoop::after_step(const StepResult& sr, int64_t step_tokens, int row_len, const ScheduleValues& sv) {
+// the profile's end and the periodic checkpoint. A single process reads the queued steps' results
+// only here, when a metrics row is written (every log_every steps, or with an evaluation) or a
+// checkpoint is due, so that a non-finite step is reported at the latest at the next of these (or
+// at the loop's end, run()).
+void TrainLoop::after_step(StepResult sr, int64_t step_tokens, int row_len, const ScheduleValues& sv) {
   const double dt = sr.seconds;  // the slowest rank's (timed_step)
   ++state_.step;
   state_.tokens += step_tokens;
-  last_loss_ = sr.loss;
+  const double pos = position();
+  const bool evaluate_now = eval_due(pos);
+  const bool logged = evaluate_now || state_.step % tc_.log_every == 0;
+  const bool checkpoint_now = tc_.checkpoint_every_seconds > 0 && pos > 0 && pos >= state_.next_ckpt_at;
+  if (logged || checkpoint_now) read_queued(&sr);
+  if (run_.world > 1) last_loss_ = sr.loss;  // read by every step (train_step)
   const double tps = double(step_tokens) / dt;
   const double step_flops_per_token = row_len == run_.seq_len ? flops_per_token_ : model_.flops_per_token(row_len);
   state_.model_flops += double(step_tokens) * step_flops_per_token;
@@ -276,9 +314,8 @@ void TrainLoop::after_step(const StepResult& sr, int64_t step_tokens, int row_le
     row["comm_seconds"] = sr.comm_seconds;
     row["comm_bytes"] = sr.comm_bytes;
   }
-  const double pos = position();
-  const bool evaluated = periodic_eval(pos, row);
-  if ((evaluated || state_.step % tc_.log_every == 0) && metrics_) metrics_->append(row);
+  if (evaluate_now) periodic_eval(row);
+  if (logged && metrics_) metrics_->append(row);
   show_progress(tps, step_flops_per_token, sv);
   if (run_.o.profile && state_.step == prof_first_ + prof_steps_) {
     model_.set_profiler(nullptr);
@@ -286,7 +323,7 @@ void TrainLoop::after_step(const StepResult& sr, int64_t step_tokens, int row_le
     if (run_.lead)
       run_.o.hooks.write_profile(prof_, (fs::path(run_.dir) / "profile").string(), prof_seconds_, int(prof_steps_));
   }
-  if (tc_.checkpoint_every_seconds > 0 && pos > 0 && pos >= state_.next_ckpt_at) {
+  if (checkpoint_now) {
     while (state_.next_ckpt_at <= pos) state_.next_ckpt_at += tc_.checkpoint_every_seconds;
     if (!(deterministic() && state_.step >= tc_.max_steps)) checkpoint("periodic");
   }
@@ -303,6 +340,7 @@ LoopEnd TrainLoop::run() {
   const int B = run_.micro_batch, T = run_.seq_len;
   while (true) {
     if (std::optional<LoopEnd> end = stop_before_step()) {
+      read_queued(nullptr);  // the last steps' results, before the final checkpoint and evaluation
       model_.set_profiler(nullptr);
       opt_.set_profiler(nullptr);
       return *end;

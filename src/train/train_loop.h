@@ -21,6 +21,7 @@
 #include "train/run_dir.h"
 #include "train/schedule.h"
 #include "train/train_setup.h"
+#include "train/step_window.h"
 #include "train/train_state.h"
 #include "train/train_step.h"
 
@@ -60,8 +61,12 @@ class TrainLoop {
   void print_banner() const;
   std::optional<LoopEnd> stop_before_step();
   StepResult timed_step(int64_t micro_batches, int rows, int row_len, const ScheduleValues& sv);
-  void after_step(const StepResult& sr, int64_t step_tokens, int row_len, const ScheduleValues& sv);
-  bool periodic_eval(double pos, nlohmann::json& row);
+  void after_step(StepResult sr, int64_t step_tokens, int row_len, const ScheduleValues& sv);
+  // Reads every queued step's results (one to_host); throws the divergence error naming the first
+  // non-finite one. Fills the newest step's loss, aux and grad_norm into sr when given.
+  void read_queued(StepResult* sr = nullptr);
+  bool eval_due(double pos);
+  void periodic_eval(nlohmann::json& row);
   void show_progress(double tps, double step_flops_per_token, const ScheduleValues& sv);
 
   const RunContext& run_;
@@ -95,6 +100,9 @@ class TrainLoop {
   double last_loss_ = NAN;
   bool stop_requested_ = false;  // a stop signal counts once any rank has seen it
   CommStats comm_total_;
+  // Single process: the steps run since the last read (step_window.h); with several ranks every
+  // step reads its losses for the collective decision, and this stays empty.
+  StepWindow queued_;
 };
 
 }  // namespace clm

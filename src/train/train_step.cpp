@@ -35,10 +35,10 @@ struct StepScalars {
 
 // The first micro-batch whose loss (or multi-token loss) is not finite, as the error names it;
 // "" when all are finite. Adds the finite means to loss_sum and aux in micro-batch order.
-std::string add_losses(const std::vector<double>& host, const std::vector<GPT::LossCounts>& counts,
+std::string add_losses(const double* host, const std::vector<GPT::LossCounts>& counts,
                        double& loss_sum, std::vector<std::pair<std::string, double>>& aux) {
   for (size_t a = 0; a < counts.size(); ++a) {
-    const auto [loss, mtp] = GPT::loss_means(host.data() + 2 * a, counts[a]);
+    const auto [loss, mtp] = GPT::loss_means(host + 2 * a, counts[a]);
     if (!std::isfinite(loss) || !std::isfinite(mtp))
       return fmt::format("loss is {} (micro-batch {})", std::isfinite(loss) ? mtp : loss, a);
     loss_sum += loss;
@@ -49,6 +49,29 @@ std::string add_losses(const std::vector<double>& host, const std::vector<GPT::L
 
 }  // namespace
 
+int64_t QueuedStep::scalar_doubles(int64_t accum) { return StepScalars::doubles(accum); }
+
+std::string finish_step(const QueuedStep& q, const double* host, Optimizer* opt, StepResult& r) {
+  double loss_sum = 0;
+  std::vector<std::pair<std::string, double>> aux = q.aux;
+  for (auto& e : aux) e.second = 0;
+  std::string bad = add_losses(host, q.counts, loss_sum, aux);
+  if (bad.empty()) {
+    r.loss = loss_sum / double(q.accum);
+    r.aux.clear();
+    for (const auto& [name, sum] : aux) r.aux.emplace_back(name, sum / double(q.accum));
+  }
+  if (q.has_opt) {
+    GradClip clip;
+    std::memcpy(&clip, host + 2 * q.accum, sizeof(clip));
+    r.grad_norm = clip.norm;
+    if (bad.empty() && !clip.finite) bad = fmt::format("gradient norm is {}", r.grad_norm);
+  }
+  // grad_clip checked the same losses on the device: a non-finite one skipped the update there.
+  if (!bad.empty() && opt) opt->step_not_applied();
+  return bad;
+}
+
 StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const int32_t* targets,
                       int64_t accum, int B, int T, const ScheduleValues& sched, const StepOptions& o) {
   if (accum < 1) fail("train step: {} micro-batches (need at least 1)", accum);
@@ -56,12 +79,14 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
   Comm* comm = o.comm && o.comm->world() > 1 ? o.comm : nullptr;
   const int world = comm ? comm->world() : 1;
   const CommStats comm_before = comm ? comm->stats : CommStats{};
-  std::unique_ptr<DeviceTimer> step_clock = be.timer(), phase = be.timer();
+  if (o.queued && comm) fail("train step: only a single-process step can leave its scalars unread");
+  // The phase clock only when asked: a step otherwise asks the backend for one timer.
+  std::unique_ptr<DeviceTimer> step_clock = be.timer(), phase = o.phase_times ? be.timer() : nullptr;
   StepResult r;
   step_clock->start();
   const bool injected_nan = fault_nan_loss();  // asked once per step: the fault counts the calls
   if (injected_nan && !comm) throw NonFiniteError("loss is nan (micro-batch 0)");
-  const StepScalars sc{model.step_scalars(StepScalars::doubles(accum)), accum};
+  const StepScalars sc{o.scalars ? o.scalars : model.step_scalars(StepScalars::doubles(accum)), accum};
   model.zero_grad();
   float* grads = model.grad_buffer();
   const int64_t n_grads = model.grad_floats();
@@ -96,7 +121,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     // One small all-reduce: the summed losses (main, then auxiliary) and whether any rank saw a
     // non-finite one. Every rank then throws, or averages the gradients, together.
     be.to_host(host.data(), sc.d, sizeof(double) * 2 * size_t(accum));
-    std::string bad = add_losses(host, counts, loss_sum, aux);
+    std::string bad = add_losses(host.data(), counts, loss_sum, aux);
     if (injected_nan && bad.empty()) bad = "loss is nan (micro-batch 0)";
     std::vector<double> v = {loss_sum, bad.empty() ? 0.0 : 1.0};
     for (const auto& e : aux) v.push_back(e.second);
@@ -122,24 +147,30 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     opt->enqueue_step(sched.lr_scale, sched.wd_scale, sched.muon_momentum, sc.clip(), sc.d, int(2 * accum));
     if (o.phase_times) r.optimizer_seconds = phase->stop();
   }
-  // The step's one read (single process): every loss sum and the gradient clip together.
-  be.to_host(host.data(), sc.d, sizeof(double) * host.size());
   if (!comm) {
-    const std::string bad = add_losses(host, counts, loss_sum, aux);
-    if (!bad.empty()) {
-      if (opt) opt->step_not_applied();
-      throw NonFiniteError(bad);
+    QueuedStep q{.accum = accum, .counts = std::move(counts), .aux = std::move(aux), .has_opt = opt != nullptr};
+    if (o.queued) {  // the caller reads the scalars later, with other steps'
+      r.seconds = step_clock->stop();
+      *o.queued = std::move(q);
+      return r;
     }
-  }
-  r.loss = loss_sum / double(accum * world);
-  for (const auto& [name, sum_] : aux) r.aux.emplace_back(name, sum_ / double(accum * world));
-  if (opt) {
-    GradClip clip;
-    std::memcpy(&clip, host.data() + 2 * accum, sizeof(clip));
-    r.grad_norm = clip.norm;
-    if (!clip.finite) {
-      opt->step_not_applied();
-      throw NonFiniteError(fmt::format("gradient norm is {}", r.grad_norm));
+    // The step's one read (single process): every loss sum and the gradient clip together.
+    be.to_host(host.data(), sc.d, sizeof(double) * host.size());
+    const std::string bad = finish_step(q, host.data(), opt, r);
+    if (!bad.empty()) throw NonFiniteError(bad);
+  } else {
+    // The step's second read: the gradient clip (the losses were summed over the ranks above).
+    be.to_host(host.data(), sc.d, sizeof(double) * host.size());
+    r.loss = loss_sum / double(accum * world);
+    for (const auto& [name, sum_] : aux) r.aux.emplace_back(name, sum_ / double(accum * world));
+    if (opt) {
+      GradClip clip;
+      std::memcpy(&clip, host.data() + 2 * accum, sizeof(clip));
+      r.grad_norm = clip.norm;
+      if (!clip.finite) {
+        opt->step_not_applied();
+        throw NonFiniteError(fmt::format("gradient norm is {}", r.grad_norm));
+      }
     }
   }
   r.seconds = step_clock->stop();

@@ -28,8 +28,28 @@ struct StepResult {
   double comm_seconds = 0, comm_bytes = 0;
 };
 
+// A single-process step queued on the device whose scalars have not been read (StepOptions::queued):
+// what finish_step needs to turn them, once read, into the step's result.
+struct QueuedStep {
+  int64_t accum = 0;
+  std::vector<GPT::LossCounts> counts;             // per micro-batch, the losses' divisors
+  std::vector<std::pair<std::string, double>> aux;  // the auxiliary losses' names
+  bool has_opt = false;
+  double seconds = 0;                               // device time of the step
+  // Device doubles a step of `accum` micro-batches writes: two loss sums per micro-batch, then
+  // the optimizer's GradClip.
+  static int64_t scalar_doubles(int64_t accum);
+};
+
 struct StepOptions {
   bool phase_times = false;
+  // Single process only: the step writes its scalars (QueuedStep::scalar_doubles(accum) device
+  // doubles) to `scalars` (null: the model's step_scalars) and, with `queued`, reads nothing: it
+  // fills *queued and returns a result with only `seconds` set; finish_step completes it once the
+  // caller has read the scalars. A non-finite step then skips its update on the device as usual,
+  // but nothing throws until finish_step.
+  double* scalars = nullptr;
+  QueuedStep* queued = nullptr;
   // Data parallelism: each rank passes its own micro-batches; gradients are summed over ranks in
   // buckets of `bucket_floats` over the contiguous gradient buffer (each rank's backward already
   // scales by 1 / (accum * world), so the sum is the average): all-reduced, or reduce-scattered to
@@ -46,5 +66,10 @@ struct StepOptions {
 StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const int32_t* targets,
                       int64_t accum, int B, int T, const ScheduleValues& sched,
                       const StepOptions& o = {});
+
+// The result of a queued step from `host`, a copy of its scalar_doubles(accum) device doubles.
+// Returns "" when the step was applied, else what was not finite (the text train_step would have
+// thrown), after taking the optimizer's step counts back (Optimizer::step_not_applied).
+std::string finish_step(const QueuedStep& q, const double* host, Optimizer* opt, StepResult& r);
 
 }  // namespace clm

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 namespace clm {
 
+class Backend;
 struct Profiler;
 
 // What the loop needs from the layers above it, handed in by the caller (lab/train_hooks.h has the
@@ -33,6 +35,9 @@ struct TrainOptions {
   bool profile = false;              // --profile: profile a few steps into RUN/profile/
   std::string core_bundle;           // --core BUNDLE: CORE score at the end (summary.json "core")
   std::string device = "auto";       // --device cpu | cuda[:N] | auto
+  // Single process: the device to train on instead of `device` (the tests wrap the CPU backend to
+  // count what a run reads from the device).
+  std::shared_ptr<Backend> backend;
   int64_t stop_after_steps = 0;      // > 0: checkpoint and stop after this many steps of this session
   bool quiet = false;                // no progress line
   std::vector<std::string> argv;     // recorded in run.json
