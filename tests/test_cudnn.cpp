@@ -59,6 +59,18 @@ TEST(CudnnLoader, SearchOrder) {
   EXPECT_EQ(c[1], "/usr/local/cuda/lib64/libcudnn.so.9");
   EXPECT_EQ(c.back(), wheel.string());  // found by globbing, last
   EXPECT_EQ(std::count(c.begin(), c.end(), wheel.string()), 1);
+  // A Python environment on PATH (a folder with python3 in it, as a virtual environment's bin/):
+  // its wheels are searched too, once however often PATH names it.
+  const fs::path env = home / "venv";
+  touch(env / "bin/python3", "");
+  const fs::path env_wheel = env / "lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9";
+  touch(env_wheel, "");
+  const std::string bin = (env / "bin").string();
+  const std::vector<std::string> e = cudnn_candidates("", "", "/nonexistent::" + bin + ":" + bin);
+  const std::string want = (fs::canonical(env) / "lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9").string();
+  EXPECT_EQ(std::count(e.begin(), e.end(), want), 1);
+  EXPECT_EQ(e.back(), want);
+  EXPECT_EQ(cudnn_candidates("", "", "/nonexistent").size(), cudnn_candidates("", "").size());
   fs::remove_all(home);
 }
 

@@ -4,7 +4,10 @@
 #include <dlfcn.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 
@@ -128,7 +131,29 @@ Tried try_load(const std::string& cand, CudnnLoad& out) {
 
 }  // namespace
 
-std::vector<std::string> cudnn_candidates(const std::string& env_lib, const std::string& home) {
+// The site-packages folders of the Python environments on `path_env` (PATH): a folder holding a
+// `python3` is an environment's bin/, its packages under ../lib/python3*/site-packages (the
+// prefix resolved, so /usr/bin gives the system's folder once). That is
+// where a virtual environment's PyTorch wheel puts cuDNN (nvidia/cudnn/lib), found without running
+// Python.
+static std::vector<std::string> python_sites_on_path(const std::string& path_env) {
+  std::vector<std::string> sites;
+  size_t from = 0;
+  while (from <= path_env.size()) {
+    const size_t to = std::min(path_env.find(':', from), path_env.size());
+    const std::string dir = path_env.substr(from, to - from);
+    from = to + 1;
+    char prefix[PATH_MAX];
+    if (dir.empty() || ::access((dir + "/python3").c_str(), F_OK) != 0 ||
+        ::realpath((dir + "/..").c_str(), prefix) == nullptr)
+      continue;
+    sites.push_back(std::string(prefix) + "/lib/python3*/site-packages");
+  }
+  return sites;
+}
+
+std::vector<std::string> cudnn_candidates(const std::string& env_lib, const std::string& home,
+                                          const std::string& path_env) {
   if (!env_lib.empty()) return {env_lib};
   std::vector<std::string> c = {kLibName};
   for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
@@ -142,8 +167,10 @@ std::vector<std::string> cudnn_candidates(const std::string& env_lib, const std:
                                     "/usr/local/lib/python3*/site-packages",
                                     "/usr/local/lib/python3*/dist-packages"};
   if (!home.empty()) sites.push_back(home + "/.local/lib/python3*/site-packages");
+  for (const std::string& s : python_sites_on_path(path_env)) sites.push_back(s);
   for (const std::string& s : sites)
-    for (const std::string& p : glob_paths(s + "/nvidia/cudnn/lib/" + kLibName)) c.push_back(p);
+    for (const std::string& p : glob_paths(s + "/nvidia/cudnn/lib/" + kLibName))
+      if (std::find(c.begin(), c.end(), p) == c.end()) c.push_back(p);
   return c;
 }
 
@@ -177,7 +204,8 @@ const CudnnLoad& cudnn_library() {
   std::call_once(once, [] {
     const char* env = std::getenv("CLOCKLM_CUDNN_LIB");
     const char* home = std::getenv("HOME");
-    load = load_cudnn(cudnn_candidates(env ? env : "", home ? home : ""));
+    const char* path = std::getenv("PATH");
+    load = load_cudnn(cudnn_candidates(env ? env : "", home ? home : "", path ? path : ""));
   });
   return load;
 }

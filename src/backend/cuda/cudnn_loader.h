@@ -45,8 +45,10 @@ struct CudnnLoad {
 };
 
 // The candidate files in search order, for this environment: `env_lib` is CLOCKLM_CUDNN_LIB
-// (empty: unset), `home` is $HOME.
-std::vector<std::string> cudnn_candidates(const std::string& env_lib, const std::string& home);
+// (empty: unset), `home` is $HOME, `path_env` is $PATH (the Python environments whose wheels are
+// searched besides the system's and the user's).
+std::vector<std::string> cudnn_candidates(const std::string& env_lib, const std::string& home,
+                                          const std::string& path_env = "");
 
 // Tries the candidates in order and keeps the first that loads with every symbol; a library
 // that opens but lacks a symbol or is older than cuDNN 9 is closed again and reported.
