@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/common.h"
 
@@ -90,6 +92,17 @@ std::string resolve_all(void* h, CudnnApi& a) {
 // usual case for most candidates), refused (there, but not a usable cuDNN 9), or loaded.
 enum class Tried { Absent, Refused, Loaded };
 
+// A loaded function table lives as long as the process, like the library it points into: a
+// CudnnLoad holds a plain pointer to it. The list is never destroyed, so no exit-time destructor
+// can outlive it, and what it holds stays reachable (not a leak).
+const CudnnApi* keep_for_the_process(std::unique_ptr<CudnnApi> api) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::unique_ptr<CudnnApi>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(api));
+  return kept->back().get();
+}
+
 // One candidate: a path (preloading its folder's sub-libraries) or a bare name for the default
 // search. Fills `out`.
 Tried try_load(const std::string& cand, CudnnLoad& out) {
@@ -107,25 +120,23 @@ Tried try_load(const std::string& cand, CudnnLoad& out) {
                    : fmt::format("dlopen {}: {}", cand, e ? e : "failed");
     return bare ? Tried::Absent : Tried::Refused;
   }
-  auto* api = new CudnnApi();
+  auto api = std::make_unique<CudnnApi>();
   const std::string missing = resolve_all(h, *api);
   if (!missing.empty()) {
     out.why = fmt::format("{} has no {} (not cuDNN 9)", cand, missing);
-    delete api;
     ::dlclose(h);
     return Tried::Refused;
   }
   out.version = api->GetVersion();
   if (out.version < 90000) {
     out.why = fmt::format("{} is cuDNN {}, not 9", cand, cudnn_version_text(out.version));
-    delete api;
     ::dlclose(h);
     return Tried::Refused;
   }
   out.path = loaded_from(h, reinterpret_cast<void*>(api->GetVersion), cand);
   out.dir = folder_of(out.path);
   if (bare) preload(out.dir, kGraphLib);
-  out.api = api;  // kept for the process, like the library
+  out.api = keep_for_the_process(std::move(api));
   return Tried::Loaded;
 }
 
