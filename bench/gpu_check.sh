@@ -281,6 +281,18 @@ print(f"newton-schulz baseline-50m {sys.argv[2]:7}: {j['ms_best']:.2f} ms per st
 EOF
 done
 
+# The step recorded as a CUDA graph (train.graph=auto, as train_baseline-50m above ran it) against
+# every op queued one by one: what the recording gains, at the same shape.
+step train_baseline-50m_graph_off 90 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 \
+  --batch "$BATCH" --steps 5 --warmup 2 "${CEIL[@]}" --set train.graph=off --json &&
+  python3 - "$LOGS/train_baseline-50m.log" "$LOGS/train_baseline-50m_graph_off.log" >> "$RES" 2>&1 << 'EOF'
+import json, sys
+on, off = (json.loads(open(f).read().splitlines()[-1]) for f in sys.argv[1:3])
+print(f"recorded step (baseline-50m): graph {on['graph']}: {on['step_seconds']*1e3:.1f} ms, "
+      f"{on['tokens_per_second']:.0f} tok/s; op by op: {off['step_seconds']*1e3:.1f} ms, "
+      f"{off['tokens_per_second']:.0f} tok/s; x{off['step_seconds']/on['step_seconds']:.3f}")
+EOF
+
 # Where the time goes, per op, for the smaller config (last: the first thing the budget drops).
 step profile_baseline 60 "$BIN" bench train --device cuda --config baseline-50m --seq 2048 --batch "$BATCH" --steps 3 \
   --warmup 1 "${CEIL[@]}" --profile && { echo "  per-op profile (baseline-50m):" >> "$RES"; head -25 "$LOGS/profile_baseline.log" >> "$RES"; }

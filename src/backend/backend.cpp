@@ -132,6 +132,10 @@ NsSchedule ns_schedule(const std::string& name, int steps) {
   fail("Newton-Schulz coefficients '{}' are unknown (quintic, polar)", name);
 }
 
+std::unique_ptr<Recording> Backend::record(const std::function<void()>&) {
+  fail("{} cannot record ops (only a GPU replays a recorded step)", name());
+}
+
 bool prefer_bf16(double bf16_seconds, double fp32_seconds) {
   return bf16_seconds > 0 && bf16_seconds * 1.25 <= fp32_seconds;
 }

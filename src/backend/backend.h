@@ -13,6 +13,7 @@
 //   fixed order.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,16 @@ struct DeviceTimer {
   virtual ~DeviceTimer() = default;
   virtual void start() = 0;
   virtual double stop() = 0;  // seconds
+};
+
+// Ops recorded once and queued again as a whole (a CUDA graph on a GPU): see Backend::record.
+class Recording {
+ public:
+  virtual ~Recording() = default;
+  // Queues the recorded ops again, in order, with the arguments they were recorded with (the same
+  // pointers and values). False, with nothing queued, when the backend has since moved memory the
+  // ops use (its scratch grew): record again.
+  [[nodiscard]] virtual bool replay() = 0;
 };
 
 class Backend {
@@ -104,6 +115,19 @@ class Backend {
                          int64_t in, int64_t out) {  // dW += dy^T x
     gemm(p, true, false, out, in, N, dy, x, dW, true);
   }
+
+  // ---- recording ----
+  // Whether record() works here (a GPU: CUDA graphs). Recording pays where launches cost more than
+  // the work they launch; the CPU runs each op as it is issued and cannot.
+  virtual bool can_record() const { return false; }
+  // Runs `issue`, which queues ops, recording them instead of running them; replay() then queues
+  // them. Every pointer and value an op receives is fixed at recording: whatever changes from one
+  // replay to the next must be in device memory, written before the replay (to_device). Inside
+  // `issue` the calls that wait for the device or move host memory (to_device, to_host, alloc,
+  // free, synchronize, timer) throw an Error, as does a backend whose scratch would have to grow
+  // (issue the same ops once without recording first). An exception from `issue` ends the
+  // recording and propagates; nothing recorded remains.
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& issue);
 
   // ---- the ops: one pure virtual per entry of backend/op_list.h (shapes, rules, comments there) ----
 #define CLM_BACKEND_PURE_VIRTUAL(name, R, params, args, cpu, cuda) virtual R name params = 0;

@@ -97,6 +97,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"train.threads", &t.threads});
   f.push_back({"train.seq_schedule", &t.seq_schedule});
   f.push_back({"train.batch_schedule", &t.batch_schedule});
+  f.push_back({"train.graph", &t.graph});
   return f;
 }
 
@@ -587,6 +588,8 @@ void validate(const RunConfig& c) {
     fail("train.warmup_frac + train.warmdown_frac must be <= 1, got {} + {}", t.warmup_frac, t.warmdown_frac);
   if (t.wd_schedule != "constant" && t.wd_schedule != "linear" && t.wd_schedule != "lr")
     fail("train.wd_schedule '{}' is unknown (constant, linear, lr)", t.wd_schedule);
+  if (t.graph != "auto" && t.graph != "on" && t.graph != "off")
+    fail("train.graph '{}' is unknown (auto, on, off)", t.graph);
   if (!(t.eval_every_seconds >= 0)) fail("train.eval_every_seconds must be >= 0, got {}", t.eval_every_seconds);
   if (t.val_tokens < 0) fail("train.val_tokens must be >= 0, got {}", t.val_tokens);
   if (t.periodic_val_tokens < 0) fail("train.periodic_val_tokens must be >= 0, got {}", t.periodic_val_tokens);
@@ -673,7 +676,7 @@ uint64_t config_hash(const RunConfig& cfg) {
   nlohmann::json j = to_json(cfg);
   j.erase("name");
   for (const char* k : {"budget_seconds", "max_steps", "eval_every_seconds", "val_tokens", "periodic_val_tokens",
-                        "eval_batch", "checkpoint_every_seconds", "keep_checkpoints", "log_every", "threads"})
+                        "eval_batch", "checkpoint_every_seconds", "keep_checkpoints", "log_every", "threads", "graph"})
     j["train"].erase(k);
   std::string s = j.dump();  // nlohmann::json objects are sorted by key: a canonical text
   return fnv1a64(s.data(), s.size());

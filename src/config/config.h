@@ -41,6 +41,10 @@ struct TrainConfig {
   // Smaller steps early in the run: "TOKENS@FRAC[,TOKENS@FRAC...]", e.g. "4096@0.5" = steps of 4096
   // tokens until half the budget, then batch_tokens. Empty = batch_tokens throughout.
   std::string batch_schedule;
+  // Recorded steps (train/step_graph.h): auto = where the device can record them (a GPU's CUDA
+  // graphs) and one process runs; on = the same, a step that cannot be recorded being an error;
+  // off = every op queued one by one.
+  std::string graph = "auto";
 };
 
 // One stage of train.seq_schedule: rows of `seq_len` tokens while the budget fraction is < `until`.

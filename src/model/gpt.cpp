@@ -60,12 +60,32 @@ void GPTImpl::build() {
   be->rope_tables(cos_t, sin_t, max_T, hd, cfg.rope_base);
   const int64_t s = l.act.io_stride;
   io = DeviceBuffer(*be, size_t(s) * 4 * size_t(l.act.io_arrays));
-  tok_d = io.as<int32_t>();
-  tgt_d = tok_d + s;
+  tok_d = tok_d0 = io.as<int32_t>();
+  tgt_d = tgt_d0 = tok_d + s;
   argmax_d = tgt_d + s;
   loss_d = reinterpret_cast<float*>(argmax_d + s);
-  big_d = reinterpret_cast<int32_t*>(loss_d + s);
-  if (off_mtp >= 0) tgt2_d = big_d + s;
+  big_d = big_d0 = reinterpret_cast<int32_t*>(loss_d + s);
+  if (off_mtp >= 0) tgt2_d = tgt2_d0 = big_d + s;
+}
+
+GPTImpl::Slot GPTImpl::slot(int64_t a) {
+  const int64_t s = layout.act.io_stride;
+  if (a == 0) return {tok_d0, tgt_d0, big_d0, tgt2_d0};
+  if (a >= n_slots) {  // grown keeping the slots staged so far
+    const int64_t n = std::max<int64_t>(a + 1, 2 * n_slots);
+    DeviceBuffer grown(*be, size_t(n - 1) * 4 * size_t(s) * 4);
+    if (n_slots > 1) be->copy(grown.as<void>(), slots_buf.as<void>(), slots_buf.bytes());
+    slots_buf = std::move(grown);
+    n_slots = n;
+    ++memory_epoch;
+  }
+  int32_t* base = slots_buf.as<int32_t>() + (a - 1) * 4 * s;
+  return {base, base + s, base + 2 * s, base + 3 * s};
+}
+
+void GPTImpl::use_slot(int64_t a) {
+  const Slot s = slot(a);
+  tok_d = s.tok, tgt_d = s.tgt, big_d = s.big, tgt2_d = s.tgt2;
 }
 
 LayerAct GPTImpl::bind_block(const BlockActs& b, float* base) {
@@ -174,11 +194,19 @@ std::vector<Param>& GPT::params() { return impl->params; }
 float* GPT::grad_buffer() { return impl->grads_buf.as<float>(); }
 int64_t GPT::grad_floats() const { return impl->nparams; }
 float* GPT::grad_accumulator() {
-  if (!impl->G_acc.as<float>()) impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);
+  if (!impl->G_acc.as<float>()) {
+    impl->G_acc = DeviceBuffer(*impl->be, size_t(impl->nparams) * 4);
+    ++impl->memory_epoch;
+  }
   return impl->G_acc.as<float>();
 }
+uint64_t GPT::memory_epoch() const { return impl->memory_epoch; }
+
 double* GPT::step_scalars(int64_t n) {
-  if (impl->scalars.bytes() < size_t(n) * 8) impl->scalars = DeviceBuffer(*impl->be, size_t(n) * 8);
+  if (impl->scalars.bytes() < size_t(n) * 8) {
+    impl->scalars = DeviceBuffer(*impl->be, size_t(n) * 8);
+    ++impl->memory_epoch;
+  }
   return impl->scalars.as<double>();
 }
 int64_t GPT::num_params() const { return impl->layout.num_params(); }

@@ -96,6 +96,16 @@ struct GPT {
     int64_t valid = 0, mtp_valid = 0;  // targets >= 0 of each head (the means' divisors)
   };
   LossCounts forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, double* sums_d);
+  // forward_deferred in two halves, so that a training step can be recorded and replayed
+  // (Backend::record): stage_batch checks micro-batch `slot`'s tokens and targets and copies them,
+  // with what the host derives from them (bigram rows, the token after next), to that slot's
+  // device arrays; forward_staged then queues the slot's forward with nothing moved between host
+  // and device. A step's slots share one B x T (slot 0's); they are allocated on first use.
+  LossCounts stage_batch(int64_t slot, const int32_t* inputs, const int32_t* targets, int B, int T);
+  void forward_staged(int64_t slot, const LossCounts& c, double* sums_d);
+  // Advances whenever a device buffer that a training step's ops use is allocated anew (slots,
+  // step scalars, the gradient accumulator): ops recorded before then must be recorded again.
+  uint64_t memory_epoch() const;
   // {next-token mean loss, multi-token mean loss} from a deferred forward's two sums, exactly as
   // forward() and aux_losses() report them.
   static std::pair<float, float> loss_means(const double* sums, const LossCounts& c);

@@ -81,9 +81,23 @@ struct GPTImpl {
 
   DeviceBuffer arena;  // activation arena
   DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
+  // The token arrays a forward reads: those of the micro-batch slot last selected (use_slot).
   int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
   int32_t* tgt2_d = nullptr;  // the multi-token head's targets (the token after next)
   float* loss_d = nullptr;
+  // Micro-batch slots past the first (slot 0 is io's arrays): tokens, targets, bigram rows and the
+  // token after next, io_stride ints each, so a whole step's batches are on the device before
+  // its ops are queued (GPT::stage_batch).
+  DeviceBuffer slots_buf;
+  int64_t n_slots = 1;
+  int32_t *tok_d0 = nullptr, *tgt_d0 = nullptr, *big_d0 = nullptr, *tgt2_d0 = nullptr;  // slot 0
+  // Advances whenever a buffer a training step's ops use is allocated anew (GPT::memory_epoch).
+  uint64_t memory_epoch = 0;
+  struct Slot {
+    int32_t *tok, *tgt, *big, *tgt2;
+  };
+  Slot slot(int64_t a);  // grows the slots to hold `a`
+  void use_slot(int64_t a);  // tok_d, tgt_d, big_d and tgt2_d := slot a's
   std::vector<LayerAct> block_acts;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
@@ -94,7 +108,7 @@ struct GPTImpl {
   float last_mtp = 0;  // the multi-token head's loss in the last forward (aux_losses)
   int64_t chunk_rows = 0;
 
-  // state of the last forward
+  // state of the last forward (B and T: of the last staged batch)
   int B = 0, T = 0;
   bool have_fwd = false, fwd_had_grad = false;
 
@@ -126,9 +140,12 @@ struct GPTImpl {
   const float* pp(int64_t off) const { return off >= 0 ? params_buf.as<float>() + off : nullptr; }
   // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.
   void add_bigram(const std::vector<int32_t>& rows, int32_t* row_d, float* x, float* tmp) {
-    const int64_t N = int64_t(rows.size());
+    be->to_device(row_d, rows.data(), sizeof(int32_t) * rows.size());
+    add_bigram_rows(row_d, int64_t(rows.size()), x, tmp);
+  }
+  // The same from rows already on the device.
+  void add_bigram_rows(const int32_t* row_d, int64_t N, float* x, float* tmp) {
     ProfRegion pr(prof, "embedding.bigram", "fwd");
-    be->to_device(row_d, rows.data(), sizeof(int32_t) * N);
     be->embedding_fwd(row_d, params_buf.as<float>() + off_big, tmp, N, d);
     be->axpy(x, 1.0f, tmp, N * d);
   }
@@ -170,19 +187,34 @@ struct GPTImpl {
   // (matmul precision): grads_buf[w_off] += dy^T x, then dtmp = dy W; each half in its own profiler region.
   void matmul_bwd(const char* dw_name, const char* dx_name, const void* dy, const void* x_mm, int64_t w_off,
                   int in, int out, int64_t N);
-  // Embedding, the blocks and the final norm of a training/eval forward over B x T rows.
-  void body_fwd(const int32_t* in, int B, int T);
+  // Host half of a forward: checks B x T against the arena and the token ids, and writes them
+  // (with their bigram rows) to slot a; sets B and T.
+  void stage_inputs(int64_t a, const int32_t* in, int B, int T);
+  // The same for targets (with the token after next when the multi-token head is on): the heads'
+  // divisors, from the host.
+  GPT::LossCounts stage_targets(int64_t a, const int32_t* targets);
+  // Device half: embedding, the blocks and the final norm over the selected slot's B x T tokens.
+  void body_ops();
+  void body_fwd(const int32_t* in, int B_, int T_) {  // both halves, in slot 0
+    stage_inputs(0, in, B_, T_);
+    use_slot(0);
+    body_ops();
+  }
   // Cached (inference) block l on N packed tokens in the `inf` scratch: each segment's keys and
   // values go into its area of kc/vc and its queries attend over that area.
   void block_cached(int l, int64_t N, const std::vector<KVSegment>& segs, float* kc, float* vc);
   // The multi-token head of a training forward (after the next-token head has written dxf):
   // its loss against the token after next within each row, the head's and mtp_proj's weight
   // gradients (into head_dw and mtp_dw) and its input gradient added to dxf, all scaled by
-  // mtp_weight / (positions with a target). Adds the summed loss to the device double *sum_d;
-  // returns the positions with a target (the mean's divisor).
-  int64_t mtp_fwd(const int32_t* targets, int B, int T, double* sum_d);
-  // The training/eval forward, queued without a read from the device (GPT::forward_deferred);
-  // per-token loss and argmax into loss_d / argmax_d when asked.
+  // mtp_weight / `valid` (the positions with a target, from stage_targets). Adds the summed loss
+  // to the device double *sum_d.
+  void mtp_fwd(int64_t valid, double* sum_d);
+  // The training/eval forward of staged slot a (targets: whether it has them), queued without a
+  // read from the device (GPT::forward_deferred); per-token loss and argmax into loss_d / argmax_d
+  // when asked.
+  void queue_staged(int64_t a, bool targets, const GPT::LossCounts& c, bool rows_loss, bool rows_argmax,
+                    double* sums_d);
+  // Both halves in slot 0.
   GPT::LossCounts queue_forward(const int32_t* inputs, const int32_t* targets, int B, int T, bool rows_loss,
                                 bool rows_argmax, double* sums_d);
 

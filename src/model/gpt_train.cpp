@@ -152,7 +152,7 @@ void GPTImpl::block_bwd(int l) {
   }
 }
 
-void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
+void GPTImpl::stage_inputs(int64_t a, const int32_t* in, int B_, int T_) {
   // The arena holds max_B * max_T tokens of every activation (only the RoPE tables have max_T
   // rows), so any B x T of at most that many tokens fits: the training loop's shorter rows
   // (train.seq_schedule) are the same tokens cut into more rows.
@@ -163,17 +163,23 @@ void GPTImpl::body_fwd(const int32_t* in, int B_, int T_) {
   const int64_t N = int64_t(B) * T;
   for (int64_t i = 0; i < N; ++i)
     if (in[i] < 0 || in[i] >= V) fail("GPT forward: token id {} out of range [0, {})", in[i], V);
-  be->to_device(tok_d, in, sizeof(int32_t) * N);
+  const Slot s = slot(a);
+  be->to_device(s.tok, in, sizeof(int32_t) * N);
+  if (off_big >= 0) {  // each training row starts without a previous token
+    std::vector<int32_t> rows(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
+    be->to_device(s.big, rows.data(), sizeof(int32_t) * N);
+  }
+}
+
+void GPTImpl::body_ops() {
+  const int64_t N = int64_t(B) * T;
   refresh_bf16();
   {
     ProfRegion pr(prof, "embedding", "fwd");
     be->embedding_fwd(tok_d, params_buf.as<float>() + off_wte, block_acts[0].x, N, d);
   }
-  if (off_big >= 0) {  // each training row starts without a previous token
-    std::vector<int32_t> rows(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
-    add_bigram(rows, big_d, block_acts[0].x, tmp_d);
-  }
+  if (off_big >= 0) add_bigram_rows(big_d, N, block_acts[0].x, tmp_d);
   for (int l = 0; l < L; ++l) block_fwd(l);
   ProfRegion pr(prof, "rmsnorm.final", "fwd");
   norm_to_mm(x_final, off_fg, lnf_mm, lnf_rstd, N);
@@ -229,19 +235,32 @@ void GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32
   });
 }
 
-int64_t GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_, double* sum_d) {
-  const int64_t N = int64_t(B_) * T_;
-  // Position t of a row predicts the target of position t + 1 (the token after next); the last
-  // position of each row has none.
-  std::vector<int32_t> tgt2(size_t(N), -1);
-  int64_t valid = 0;
-  for (int b = 0; b < B_; ++b)
-    for (int t = 0; t + 1 < T_; ++t) {
-      const int64_t i = int64_t(b) * T_ + t;
-      tgt2[size_t(i)] = targets[i + 1];
-      valid += targets[i + 1] >= 0;
-    }
-  be->to_device(tgt2_d, tgt2.data(), sizeof(int32_t) * N);
+GPT::LossCounts GPTImpl::stage_targets(int64_t a, const int32_t* targets) {
+  const int64_t N = int64_t(B) * T;
+  GPT::LossCounts c;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] >= V) fail("GPT forward: target id {} out of range [0, {})", targets[i], V);
+    c.valid += targets[i] >= 0;
+  }
+  const Slot s = slot(a);
+  be->to_device(s.tgt, targets, sizeof(int32_t) * N);
+  if (off_mtp >= 0) {
+    // Position t of a row predicts the target of position t + 1 (the token after next); the last
+    // position of each row has none.
+    std::vector<int32_t> tgt2(size_t(N), -1);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t + 1 < T; ++t) {
+        const int64_t i = int64_t(b) * T + t;
+        tgt2[size_t(i)] = targets[i + 1];
+        c.mtp_valid += targets[i + 1] >= 0;
+      }
+    be->to_device(s.tgt2, tgt2.data(), sizeof(int32_t) * N);
+  }
+  return c;
+}
+
+void GPTImpl::mtp_fwd(int64_t valid, double* sum_d) {
+  const int64_t N = int64_t(B) * T;
   const float gscale = valid > 0 ? cfg.mtp_weight / float(valid) : 0.0f;
   {
     ProfRegion pr(prof, "matmul.mtp_proj", "fwd");
@@ -270,38 +289,53 @@ int64_t GPTImpl::mtp_fwd(const int32_t* targets, int B_, int T_, double* sum_d) 
     ProfRegion pr(prof, "matmul.mtp_proj.dx", "bwd");
     be->linear_bwd_input(prec, du, w(off_mtp), dxf, N, d, d, true);  // onto the next-token head's
   }
-  return valid;
 }
 
 // ---- the model's training entry points -------------------------------------------------------------
 GPT::LossCounts GPTImpl::queue_forward(const int32_t* inputs, const int32_t* targets, int B_, int T_,
                                        bool rows_loss, bool rows_argmax, double* sums_d) {
   have_fwd = false;
-  body_fwd(inputs, B_, T_);
-  const int64_t N = int64_t(B_) * T_;
-  GPT::LossCounts c;
-  if (targets) {
-    for (int64_t i = 0; i < N; ++i) {
-      if (targets[i] >= V) fail("GPT forward: target id {} out of range [0, {})", targets[i], V);
-      c.valid += targets[i] >= 0;
-    }
-    be->to_device(tgt_d, targets, sizeof(int32_t) * N);
-  }
-  const bool grad = grad_enabled && targets != nullptr;
+  stage_inputs(0, inputs, B_, T_);
+  const GPT::LossCounts c = targets ? stage_targets(0, targets) : GPT::LossCounts{};
+  queue_staged(0, targets != nullptr, c, rows_loss, rows_argmax, sums_d);
+  return c;
+}
+
+void GPTImpl::queue_staged(int64_t a, bool targets, const GPT::LossCounts& c, bool rows_loss, bool rows_argmax,
+                           double* sums_d) {
+  have_fwd = false;
+  use_slot(a);
+  body_ops();
+  const int64_t N = int64_t(B) * T;
+  const bool grad = grad_enabled && targets;
   const float gscale = c.valid > 0 ? 1.0f / float(c.valid) : 0.0f;
   if (grad) be->zero(head_dw, sizeof(float) * int64_t(Vp) * d);
   be->zero(sums_d, 2 * sizeof(double));
   head_chunks({"matmul.head", "softcap_xent", "matmul.head.dx", "matmul.head.dw"}, lnf_mm, targets ? tgt_d : nullptr,
               N, rows_loss ? loss_d : nullptr, rows_argmax ? argmax_d : nullptr, grad, gscale, dxf, sums_d);
-  if (grad && off_mtp >= 0) c.mtp_valid = mtp_fwd(targets, B_, T_, sums_d + 1);
+  if (grad && off_mtp >= 0) mtp_fwd(c.mtp_valid, sums_d + 1);
   have_fwd = true;
   fwd_had_grad = grad;
-  return c;
 }
 
 GPT::LossCounts GPT::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, double* sums_d) {
   if (!targets) fail("GPT forward_deferred: no targets");
   return impl->queue_forward(inputs, targets, B, T, false, false, sums_d);
+}
+
+GPT::LossCounts GPT::stage_batch(int64_t slot, const int32_t* inputs, const int32_t* targets, int B, int T) {
+  GPTImpl& m = *impl;
+  if (!targets) fail("GPT stage_batch: no targets");
+  if (slot < 0) fail("GPT stage_batch: slot {}", slot);
+  if (slot > 0 && (B != m.B || T != m.T))
+    fail("GPT stage_batch: slot {} is {}x{}, slot 0 {}x{} (a step's micro-batches share one shape)", slot, B, T,
+         m.B, m.T);
+  m.stage_inputs(slot, inputs, B, T);
+  return m.stage_targets(slot, targets);
+}
+
+void GPT::forward_staged(int64_t slot, const LossCounts& c, double* sums_d) {
+  impl->queue_staged(slot, true, c, false, false, sums_d);
 }
 
 std::pair<float, float> GPT::loss_means(const double* sums, const LossCounts& c) {

@@ -464,16 +464,25 @@ void OptimizerImpl::write_group_steps(float lr_scale, float wd_scale, float muon
 
 void Optimizer::enqueue_step(float lr_scale, float wd_scale, float muon_momentum, GradClip* clip,
                              const double* checks, int n_checks) {
+  stage_step(lr_scale, wd_scale, muon_momentum);
+  enqueue_ops(clip, checks, n_checks);
+}
+
+void Optimizer::stage_step(float lr_scale, float wd_scale, float muon_momentum) {
   OptimizerImpl& s = *impl;
   s.gathered_fresh = false;
   std::vector<float>().swap(s.gathered);
+  s.write_group_steps(lr_scale, wd_scale, muon_momentum);
+}
+
+void Optimizer::enqueue_ops(GradClip* clip, const double* checks, int n_checks) {
+  OptimizerImpl& s = *impl;
   {
     ProfRegion pr(s.prof, "optim.grad_norm", "optim");
     s.grad_sums();
     s.be->grad_clip({.count = int(s.states.size()), .part = s.part_d(), .max_norm = s.cfg.grad_clip,
                      .checks = checks, .n_checks = n_checks, .out = clip});
   }
-  s.write_group_steps(lr_scale, wd_scale, muon_momentum);
   for (int gi = 0; gi < 4; ++gi) {
     if (!s.has[gi]) continue;
     if (s.groups[gi]->kind == "adamw") s.adamw_group(gi, clip);

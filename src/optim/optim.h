@@ -43,6 +43,12 @@ struct Optimizer {
   // through the host (the communicator reduces host buffers).
   void enqueue_step(float lr_scale, float wd_scale, float muon_momentum, GradClip* clip,
                     const double* checks = nullptr, int n_checks = 0);
+  // enqueue_step in two halves, so that the ops can be recorded and replayed (Backend::record):
+  // stage_step writes this step's learning rates, weight decays, momentum and step counts to the
+  // device (the update ops read them there); enqueue_ops queues the gradient norm, the clip and
+  // the updates, with nothing moved between host and device when unsharded.
+  void stage_step(float lr_scale, float wd_scale, float muon_momentum);
+  void enqueue_ops(GradClip* clip, const double* checks = nullptr, int n_checks = 0);
   // The step counts (AdamW's bias corrections) taken back after an update that did not happen.
   void step_not_applied();
   // enqueue_step into the optimizer's own GradClip, then one read of it: returns the global

@@ -94,7 +94,11 @@ TrainLoop::TrainLoop(const RunContext& run, TrainSetup& setup, TrainState& state
       targets_(inputs_.size()),
       prof_first_(state.step + 2),
       session_start_step_(state.step),
-      queued_(setup.model->backend(), accum_, std::min(tc_.log_every, kMaxQueuedSteps)) {
+      queued_(setup.model->backend(), accum_, std::min(tc_.log_every, kMaxQueuedSteps)),
+      graph_(graph_mode_from_name(tc_.graph)) {
+  if (graph_.mode() == GraphMode::On && (run.world > 1 || !setup.model->backend().can_record()))
+    fail("train.graph=on: {} (use auto or off)", run.world > 1 ? "recorded steps run in one process only"
+                                                              : setup.model->backend().name() + " cannot record a step");
   if (run.lead)
     metrics_ = std::make_unique<MetricsLog>((fs::path(run.dir) / "metrics.jsonl").string(),
                                             run.resuming ? state.step : -1);
@@ -181,6 +185,9 @@ void TrainLoop::print_banner() const {
     for (const SeqStage& st : seq_stages_) stages += fmt::format("{} until {:.0f}%, ", st.seq_len, 100.0 * st.until);
     std::fprintf(stderr, "train: rows of %sthen %d tokens (train.seq_schedule)\n", stages.c_str(), run_.seq_len);
   }
+  if (run_.world == 1 && graph_.active(model_.backend()))
+    std::fprintf(stderr, "train: each step shape recorded once and replayed (train.graph=%s)\n",
+                 graph_mode_name(graph_.mode()));
   if (!batch_stages_.empty()) {
     std::string stages;
     for (const BatchStage& st : batch_stages_) stages += fmt::format("{} until {:.0f}%, ", st.tokens, 100.0 * st.until);
@@ -212,6 +219,7 @@ StepResult TrainLoop::timed_step(int64_t micro_batches, int rows, int row_len, c
     if (queue) {
       so.scalars = queued_.next(micro_batches);
       so.queued = &q;
+      so.graph = &graph_;
     }
     sr = train_step(model_, &opt_, inputs_.data(), targets_.data(), micro_batches, rows, row_len, sv, so);
     if (queue) queued_.add(std::move(q), state_.step);

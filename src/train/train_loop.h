@@ -49,6 +49,7 @@ class TrainLoop {
   void log(const nlohmann::json& row) { metrics_->append(row); }  // rank 0 only
   double last_loss() const { return last_loss_; }
   const CommStats& comm_total() const { return comm_total_; }
+  const StepGraph& graph() const { return graph_; }
   double flops_per_token() const { return flops_per_token_; }
 
  private:
@@ -103,6 +104,8 @@ class TrainLoop {
   // Single process: the steps run since the last read (step_window.h); with several ranks every
   // step reads its losses for the collective decision, and this stays empty.
   StepWindow queued_;
+  // train.graph: the steps recorded and replayed where the device can (single process).
+  StepGraph graph_;
 };
 
 }  // namespace clm

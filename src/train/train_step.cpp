@@ -17,6 +17,7 @@
 
 #include "core/common.h"
 #include "core/fault.h"
+#include "train/step_graph.h"
 
 namespace clm {
 
@@ -47,6 +48,51 @@ std::string add_losses(const double* host, const std::vector<GPT::LossCounts>& c
   return "";
 }
 
+// The micro-batches' forwards and backwards, from their staged slots, into the gradient buffer
+// (their sum, scaled by 1 / (accum world)). With `phase`, each phase is timed (and waited for).
+void queue_micro_batches(GPT& model, const std::vector<GPT::LossCounts>& counts, int world,
+                         const StepScalars& sc, DeviceTimer* phase, StepResult& r) {
+  Backend& be = model.backend();
+  const int64_t accum = int64_t(counts.size());
+  model.zero_grad();
+  float* grads = model.grad_buffer();
+  const int64_t n_grads = model.grad_floats();
+  float* sum = accum > 1 ? model.grad_accumulator() : nullptr;
+  // Nothing is read from the device in this loop: the losses stay in their device sums.
+  for (int64_t a = 0; a < accum; ++a) {
+    if (phase) phase->start();
+    model.forward_staged(a, counts[size_t(a)], sc.sums(a));
+    if (phase) {
+      r.forward_seconds += phase->stop();
+      phase->start();
+    }
+    if (sum && a > 0) be.zero(grads, sizeof(float) * n_grads);
+    model.backward(1.0f / float(accum * world));
+    if (sum) {
+      if (a == 0) be.copy(sum, grads, sizeof(float) * n_grads);
+      else be.axpy(sum, 1.0f, grads, n_grads);
+    }
+    if (phase) r.backward_seconds += phase->stop();
+  }
+  if (sum) be.copy(grads, sum, sizeof(float) * n_grads);
+}
+
+// The gradient clip from a host copy of a step's scalars: sets r.grad_norm; returns "" when the
+// update happened, else what was not finite.
+std::string read_clip(const double* host, int64_t accum, StepResult& r) {
+  GradClip clip;
+  std::memcpy(&clip, host + 2 * accum, sizeof(clip));
+  r.grad_norm = clip.norm;
+  return clip.finite ? "" : fmt::format("gradient norm is {}", r.grad_norm);
+}
+
+StepKey step_key(const GPT& model, const Optimizer* opt, const std::vector<GPT::LossCounts>& counts, int B, int T,
+                 const double* scalars) {
+  StepKey k{.memory_epoch = model.memory_epoch(), .B = B, .T = T, .scalars = scalars, .opt = opt, .counts = {}};
+  for (const auto& c : counts) k.counts.emplace_back(c.valid, c.mtp_valid);
+  return k;
+}
+
 }  // namespace
 
 int64_t QueuedStep::scalar_doubles(int64_t accum) { return StepScalars::doubles(accum); }
@@ -62,10 +108,8 @@ std::string finish_step(const QueuedStep& q, const double* host, Optimizer* opt,
     for (const auto& [name, sum] : aux) r.aux.emplace_back(name, sum / double(q.accum));
   }
   if (q.has_opt) {
-    GradClip clip;
-    std::memcpy(&clip, host + 2 * q.accum, sizeof(clip));
-    r.grad_norm = clip.norm;
-    if (bad.empty() && !clip.finite) bad = fmt::format("gradient norm is {}", r.grad_norm);
+    const std::string clip_bad = read_clip(host, q.accum, r);
+    if (bad.empty()) bad = clip_bad;
   }
   // grad_clip checked the same losses on the device: a non-finite one skipped the update there.
   if (!bad.empty() && opt) opt->step_not_applied();
@@ -86,36 +130,42 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
   step_clock->start();
   const bool injected_nan = fault_nan_loss();  // asked once per step: the fault counts the calls
   if (injected_nan && !comm) throw NonFiniteError("loss is nan (micro-batch 0)");
-  const StepScalars sc{o.scalars ? o.scalars : model.step_scalars(StepScalars::doubles(accum)), accum};
-  model.zero_grad();
-  float* grads = model.grad_buffer();
-  const int64_t n_grads = model.grad_floats();
-  float* sum = accum > 1 ? model.grad_accumulator() : nullptr;
+  // Host to device first: every micro-batch's tokens and the optimizer's hyperparameters, and
+  // every buffer the step uses allocated, so that the ops below move nothing between host and
+  // device and can be recorded (StepOptions::graph).
+  // A recorded step writes its scalars to the model's own block (a fixed place) and they are
+  // copied to o.scalars after it, since o.scalars moves from step to step (a StepWindow's slices).
+  const bool recorded = o.graph && !o.phase_times && !comm && o.graph->active(be);
+  const StepScalars sc{o.scalars && !recorded ? o.scalars : model.step_scalars(StepScalars::doubles(accum)), accum};
+  double* const scalars_out = o.scalars ? o.scalars : sc.d;
+  std::vector<GPT::LossCounts> counts;
+  const int64_t micro = int64_t(B) * T;
+  for (int64_t a = 0; a < accum; ++a)
+    counts.push_back(model.stage_batch(a, inputs + a * micro, targets + a * micro, B, T));
+  if (accum > 1) model.grad_accumulator();
+  if (opt) opt->stage_step(sched.lr_scale, sched.wd_scale, sched.muon_momentum);
   double loss_sum = 0;
   // Sums of the auxiliary losses, by name; the names come from the config, the same on every rank.
   std::vector<std::pair<std::string, double>> aux = model.aux_losses();
   for (auto& e : aux) e.second = 0;
-  std::vector<GPT::LossCounts> counts;
-  const int64_t micro = int64_t(B) * T;
-  // Nothing is read from the device in this loop: the losses stay in their device sums.
-  for (int64_t a = 0; a < accum; ++a) {
-    if (o.phase_times) phase->start();
-    counts.push_back(model.forward_deferred(inputs + a * micro, targets + a * micro, B, T, sc.sums(a)));
-    if (o.phase_times) {
-      r.forward_seconds += phase->stop();
-      phase->start();
-    }
-    if (sum && a > 0) be.zero(grads, sizeof(float) * n_grads);
-    model.backward(1.0f / float(accum * world));
-    if (sum) {
-      if (a == 0) be.copy(sum, grads, sizeof(float) * n_grads);
-      else be.axpy(sum, 1.0f, grads, n_grads);
-    }
-    if (o.phase_times) r.backward_seconds += phase->stop();
-  }
-  if (sum) be.copy(grads, sum, sizeof(float) * n_grads);
   std::vector<double> host(size_t(StepScalars::doubles(accum)));
-  if (comm) {
+  if (!comm) {
+    // The whole step as ops on the device: recorded and replayed when the graph is on.
+    const auto issue = [&] {
+      queue_micro_batches(model, counts, 1, sc, phase.get(), r);
+      if (!opt) return;
+      if (o.phase_times) phase->start();
+      // The update happens on the device only if the gradient norm and every loss sum are finite.
+      opt->enqueue_ops(sc.clip(), sc.d, int(2 * accum));
+      if (o.phase_times) r.optimizer_seconds = phase->stop();
+    };
+    if (recorded) o.graph->run(be, step_key(model, opt, counts, B, T, sc.d), issue);
+    else issue();
+    if (scalars_out != sc.d) be.copy(scalars_out, sc.d, sizeof(double) * host.size());
+  } else {
+    queue_micro_batches(model, counts, world, sc, phase.get(), r);
+    float* grads = model.grad_buffer();
+    const int64_t n_grads = model.grad_floats();
     // Several ranks: the losses are read before the gradients move (the one read of a
     // data-parallel step besides the sharded optimizer's; the communicator reduces host buffers).
     // One small all-reduce: the summed losses (main, then auxiliary) and whether any rank saw a
@@ -140,12 +190,11 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     // parameters); otherwise every rank gets the whole sum.
     if (opt && opt->sharded()) opt->reduce_scatter_grads(o.bucket_floats);
     else comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
-  }
-  if (opt) {
-    if (o.phase_times) phase->start();
-    // The update happens on the device only if the gradient norm and every loss sum are finite.
-    opt->enqueue_step(sched.lr_scale, sched.wd_scale, sched.muon_momentum, sc.clip(), sc.d, int(2 * accum));
-    if (o.phase_times) r.optimizer_seconds = phase->stop();
+    if (opt) {
+      if (o.phase_times) phase->start();
+      opt->enqueue_ops(sc.clip(), sc.d, int(2 * accum));
+      if (o.phase_times) r.optimizer_seconds = phase->stop();
+    }
   }
   if (!comm) {
     QueuedStep q{.accum = accum, .counts = std::move(counts), .aux = std::move(aux), .has_opt = opt != nullptr};
@@ -155,7 +204,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
       return r;
     }
     // The step's one read (single process): every loss sum and the gradient clip together.
-    be.to_host(host.data(), sc.d, sizeof(double) * host.size());
+    be.to_host(host.data(), scalars_out, sizeof(double) * host.size());
     const std::string bad = finish_step(q, host.data(), opt, r);
     if (!bad.empty()) throw NonFiniteError(bad);
   } else {
@@ -164,12 +213,10 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     r.loss = loss_sum / double(accum * world);
     for (const auto& [name, sum_] : aux) r.aux.emplace_back(name, sum_ / double(accum * world));
     if (opt) {
-      GradClip clip;
-      std::memcpy(&clip, host.data() + 2 * accum, sizeof(clip));
-      r.grad_norm = clip.norm;
-      if (!clip.finite) {
+      const std::string bad = read_clip(host.data(), accum, r);
+      if (!bad.empty()) {
         opt->step_not_applied();
-        throw NonFiniteError(fmt::format("gradient norm is {}", r.grad_norm));
+        throw NonFiniteError(bad);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "optim/optim.h"
 #include "train/schedule.h"
+#include "train/step_graph.h"
 
 namespace clm {
 
@@ -56,6 +57,10 @@ struct StepOptions {
   // their owners when the optimizer is sharded. Null or one rank: no communication.
   Comm* comm = nullptr;
   int64_t bucket_floats = int64_t(1) << 22;
+  // Single process, without phase_times: the step's ops go through this graph, which records
+  // them once and replays them on later steps of the same shape where the backend can record
+  // (train/step_graph.h). Null: queued op by op.
+  StepGraph* graph = nullptr;
 };
 
 // inputs/targets: `accum` micro-batches of B x T tokens, back to back, in host memory. opt may be

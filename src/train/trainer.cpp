@@ -170,6 +170,7 @@ nlohmann::json summary_json(const RunContext& run, const TrainSetup& setup, cons
       {"comm_bytes", loop.comm_total().bytes},
       {"device", run.device->description()},
       {"matmul_precision", prec_name(setup.model->matmul_precision())},
+      {"steps_replayed", loop.graph().stats().replayed},
       {"wall_seconds", now_seconds() - run.start_time},
   };
 }

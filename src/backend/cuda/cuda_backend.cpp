@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,24 @@ struct GemmPlan {
   bool lt = false;
 };
 
+class CudaBackend;
+
+// A CUDA graph of recorded ops (Backend::record), launched on the backend's stream.
+class CudaRecording final : public Recording {
+ public:
+  CudaRecording(CudaBackend& be, cudaGraphExec_t exec, uint64_t epoch) : be_(be), exec_(exec), epoch_(epoch) {}
+  ~CudaRecording() override { cudaGraphExecDestroy(exec_); }
+  bool replay() override;
+
+ private:
+  CudaBackend& be_;
+  cudaGraphExec_t exec_;
+  uint64_t epoch_;  // the backend's memory epoch the graph's pointers belong to
+};
+
 class CudaBackend final : public Backend {
+  friend class CudaRecording;
+
  public:
   CudaBackend(const CudaDeviceInfo& info, cuda::AttnMode attention)
       : info_(info), dev_(info.index), attn_mode_(attention) {
@@ -125,6 +143,7 @@ class CudaBackend final : public Backend {
   size_t memory_capacity() const override { return info_.total_memory; }
   void* alloc(size_t bytes) override {
     use();
+    refuse_while_recording("alloc");
     void* p = nullptr;
     const size_t n = std::max<size_t>(bytes, 64);
     const cudaError_t e = cudaMalloc(&p, n);
@@ -143,6 +162,10 @@ class CudaBackend final : public Backend {
   // checked call, or the one unwinding, reports it; the memory goes with the broken context.
   void free(void* p) override {
     if (!p) return;
+    if (capturing_) {  // waiting would break the capture: freed once it ends
+      deferred_frees_.push_back(p);
+      return;
+    }
     // Work still queued may read p; wait for it (frees are rare: models, scratch growth).
     if (cudaSetDevice(dev_) != cudaSuccess || cudaStreamSynchronize(st_) != cudaSuccess ||
         cudaFree(p) != cudaSuccess)
@@ -151,12 +174,14 @@ class CudaBackend final : public Backend {
   void to_device(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     use();
+    refuse_while_recording("to_device");
     // From pageable memory the copy is staged before this returns, so `src` may change afterwards.
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st_), "to_device");
   }
   void to_host(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     use();
+    refuse_while_recording("to_host");
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st_), "to_host");
     check(cudaStreamSynchronize(st_), "to_host (a kernel before it failed)");
   }
@@ -172,11 +197,42 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override {
     use();
+    refuse_while_recording("synchronize");
     check(cudaStreamSynchronize(st_), "synchronize (a kernel before it failed)");
   }
   std::unique_ptr<DeviceTimer> timer() override {
     use();
+    refuse_while_recording("timer");
     return std::make_unique<CudaTimer>(st_);
+  }
+
+  // ---- recording: stream capture into a CUDA graph ----
+  bool can_record() const override { return true; }
+  std::unique_ptr<Recording> record(const std::function<void()>& issue) override {
+    use();
+    refuse_while_recording("record");
+    // Thread-local mode: a call from this thread that would break the capture (a synchronous
+    // copy, a cudaMalloc) fails at once instead of corrupting the graph.
+    check(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    capturing_ = true;
+    cudaGraph_t graph = nullptr;
+    try {
+      issue();
+    } catch (...) {
+      cudaStreamEndCapture(st_, &graph);  // ends the capture whatever it holds
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      end_capture_frees();
+      throw;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(st_, &graph);
+    end_capture_frees();
+    check(ended, "cudaStreamEndCapture (an op of the step could not be recorded)");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "cudaGraphInstantiate");
+    return std::make_unique<CudaRecording>(*this, exec, epoch_);
   }
 
   // ---- host threads and peak throughput ----
@@ -430,12 +486,22 @@ class CudaBackend final : public Backend {
     return a == Activation::ReLU2 ? 0 : a == Activation::GELU ? 1 : 2;
   }
   void use() const { check(cudaSetDevice(dev_), "cudaSetDevice"); }
+  void end_capture_frees() {
+    capturing_ = false;
+    for (void* p : deferred_frees_) free(p);
+    deferred_frees_.clear();
+  }
+  void refuse_while_recording(const char* call) const {
+    if (capturing_)
+      fail("cuda: {} inside a recorded step (a recording takes only ops on memory that exists: "
+           "run the step once unrecorded first)", call);
+  }
   // After an op's launches: a bad launch configuration shows here; a fault inside a kernel shows at
   // the next synchronisation, named after whatever op waits. With CLOCKLM_CUDA_SYNC=1 every op
   // waits for itself, so a fault is reported with the op that caused it (for debugging; slow).
   void launched(const char* op) {
     check(cudaGetLastError(), op);
-    if (sync_each_op_) check(cudaStreamSynchronize(st_), op);
+    if (sync_each_op_ && !capturing_) check(cudaStreamSynchronize(st_), op);
   }
   void check_head_dim(int hd) const {
     if (hd > cuda::attention_max_head_dim())
@@ -546,6 +612,7 @@ class CudaBackend final : public Backend {
     if (table.empty() || (dtab == ns_table_dev_ && std::equal(table.begin(), table.end(), ns_table_host_.begin(),
                                                               ns_table_host_.end(), same)))
       return;
+    refuse_while_recording("newton_schulz_many (a new member table)");
     check(cudaMemcpyAsync(dtab, table.data(), bytes, cudaMemcpyHostToDevice, st_), "newton_schulz_many (member table)");
     ns_table_host_ = table;
     ns_table_dev_ = dtab;
@@ -640,6 +707,8 @@ class CudaBackend final : public Backend {
   void* grow(void*& p, size_t& have, size_t want) {
     want = std::max<size_t>(want, 256);
     if (want <= have) return p;
+    refuse_while_recording("scratch growth");
+    ++epoch_;  // recordings that use the old buffer are stale
     if (p) free(p);
     p = nullptr;
     have = 0;
@@ -787,6 +856,9 @@ class CudaBackend final : public Backend {
   std::mutex peak_mu_;
   double peak_[2] = {0, 0};  // peak_flops: bf16, fp32 (0: not measured yet)
   bool sync_each_op_ = false;  // CLOCKLM_CUDA_SYNC=1
+  bool capturing_ = false;     // inside record(): ops go into a graph
+  uint64_t epoch_ = 0;         // advances whenever a buffer the ops borrow moves
+  std::vector<void*> deferred_frees_;  // freed inside a recording, released when it ends
   cudaStream_t st_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -803,6 +875,13 @@ class CudaBackend final : public Backend {
   std::mutex ns_mu_, plans_mu_;
   std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int, int>, GemmPlan> plans_;
 };
+
+bool CudaRecording::replay() {
+  if (be_.epoch_ != epoch_) return false;
+  be_.use();
+  check(cudaGraphLaunch(exec_, be_.st_), "cudaGraphLaunch");
+  return true;
+}
 
 }  // namespace
 
