@@ -3,7 +3,8 @@
 // every feature whose inputs change from step to step (tokens, bigram rows, the token after next,
 // learning rates, step counts, momentum, micro-batches, a step window's moving scalars); a new
 // shape or divisor is queued op by op before it is recorded; a stale recording is recorded again;
-// a step that moves memory inside a recording falls back (auto) or fails (on).
+// a step that moves memory inside a recording falls back (auto) or fails (on); `train` refuses
+// train.graph=on where nothing records, before it makes its folder.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,10 +17,14 @@
 #include "train/step_graph.h"
 #include "train/step_window.h"
 #include "train/train_step.h"
+#include "test_cli_util.h"
 #include "test_model_util.h"
+#include "test_run_util.h"
 #include "test_recording_backend_util.h"
 
 using namespace clm;
+using namespace run_test;
+using cli_test::run_clocklm;
 
 namespace {
 
@@ -210,4 +215,19 @@ TEST(StepGraph, MovingMemoryInsideARecordingFallsBackOrFails) {
   StepGraph on(GraphMode::On);
   on.run(rec, k, upload);
   EXPECT_THROW(on.run(rec, k, upload), Error);
+}
+
+TEST(StepGraph, TrainRefusesGraphOnWhereNothingRecordsBeforeMakingItsFolder) {
+  const std::string run = temp_run("graph_on");
+  std::string out;
+  EXPECT_NE(run_clocklm("train" + kTiny + " --set max_steps=1 --set train.graph=on --data " + tiny_dataset() +
+                            " --device cpu --out " + run,
+                        &out),
+            0);
+  EXPECT_NE(out.find("train.graph=on: cpu cannot record a step"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(run));
+  EXPECT_NE(run_clocklm("train" + kTiny + " --set train.graph=sometimes --data " + tiny_dataset() + " --out " + run,
+                        &out),
+            0);
+  EXPECT_NE(out.find("train.graph 'sometimes' is unknown"), std::string::npos) << out;
 }

@@ -109,6 +109,9 @@ void open_run(RunContext& run) {
   if (tc.batch_tokens % run.rank_tokens != 0)
     fail("train.batch_tokens ({}) must be a multiple of train.micro_batch * model.seq_len * ranks ({} x {} x {})",
          tc.batch_tokens, tc.micro_batch, run.seq_len, run.world);
+  if (tc.graph == "on" && (run.world > 1 || !run.device->can_record()))
+    fail("train.graph=on: {} (use auto or off)", run.world > 1 ? "recorded steps run in one process only"
+                                                              : run.device->name() + " cannot record a step");
   claim_run_folder(run);
 }
 

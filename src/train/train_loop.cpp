@@ -96,9 +96,6 @@ TrainLoop::TrainLoop(const RunContext& run, TrainSetup& setup, TrainState& state
       session_start_step_(state.step),
       queued_(setup.model->backend(), accum_, std::min(tc_.log_every, kMaxQueuedSteps)),
       graph_(graph_mode_from_name(tc_.graph)) {
-  if (graph_.mode() == GraphMode::On && (run.world > 1 || !setup.model->backend().can_record()))
-    fail("train.graph=on: {} (use auto or off)", run.world > 1 ? "recorded steps run in one process only"
-                                                              : setup.model->backend().name() + " cannot record a step");
   if (run.lead)
     metrics_ = std::make_unique<MetricsLog>((fs::path(run.dir) / "metrics.jsonl").string(),
                                             run.resuming ? state.step : -1);
