@@ -24,7 +24,6 @@ const char* graph_mode_name(GraphMode m);
 
 struct StepKey {
   uint64_t memory_epoch = 0;
-  int64_t accum() const { return int64_t(counts.size()); }
   int B = 0, T = 0;
   const double* scalars = nullptr;
   const void* opt = nullptr;

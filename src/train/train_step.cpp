@@ -86,6 +86,14 @@ std::string read_clip(const double* host, int64_t accum, StepResult& r) {
   return clip.finite ? "" : fmt::format("gradient norm is {}", r.grad_norm);
 }
 
+// The optimizer's update of the step (gradient norm, clip, updates), timed with `phase`. The update
+// happens on the device only if the gradient norm and every loss sum are finite.
+void queue_update(Optimizer& opt, const StepScalars& sc, DeviceTimer* phase, StepResult& r) {
+  if (phase) phase->start();
+  opt.enqueue_ops(sc.clip(), sc.d, int(2 * sc.accum));
+  if (phase) r.optimizer_seconds = phase->stop();
+}
+
 StepKey step_key(const GPT& model, const Optimizer* opt, const std::vector<GPT::LossCounts>& counts, int B, int T,
                  const double* scalars) {
   StepKey k{.memory_epoch = model.memory_epoch(), .B = B, .T = T, .scalars = scalars, .opt = opt, .counts = {}};
@@ -153,11 +161,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     // The whole step as ops on the device: recorded and replayed when the graph is on.
     const auto issue = [&] {
       queue_micro_batches(model, counts, 1, sc, phase.get(), r);
-      if (!opt) return;
-      if (o.phase_times) phase->start();
-      // The update happens on the device only if the gradient norm and every loss sum are finite.
-      opt->enqueue_ops(sc.clip(), sc.d, int(2 * accum));
-      if (o.phase_times) r.optimizer_seconds = phase->stop();
+      if (opt) queue_update(*opt, sc, phase.get(), r);
     };
     if (recorded) o.graph->run(be, step_key(model, opt, counts, B, T, sc.d), issue);
     else issue();
@@ -190,11 +194,7 @@ StepResult train_step(GPT& model, Optimizer* opt, const int32_t* inputs, const i
     // parameters); otherwise every rank gets the whole sum.
     if (opt && opt->sharded()) opt->reduce_scatter_grads(o.bucket_floats);
     else comm->all_reduce_buckets(grads, n_grads, o.bucket_floats);
-    if (opt) {
-      if (o.phase_times) phase->start();
-      opt->enqueue_ops(sc.clip(), sc.d, int(2 * accum));
-      if (o.phase_times) r.optimizer_seconds = phase->stop();
-    }
+    if (opt) queue_update(*opt, sc, phase.get(), r);
   }
   if (!comm) {
     QueuedStep q{.accum = accum, .counts = std::move(counts), .aux = std::move(aux), .has_opt = opt != nullptr};
