@@ -182,6 +182,11 @@ class ClockLM:
 
     def _embed(self, ids):
         x = self.w["wte"][ids]
+        if self.cfg.get("smear", False):  # token smearing (docs/MODEL.md)
+            lam, g = self.w["smear"][0], self.w["smear"][1:]
+            gate = torch.sigmoid(x[..., : g.numel()] @ g)  # [B, T]
+            prev = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+            x = x + (lam * gate).unsqueeze(-1) * prev
         K = self.cfg["bigram_buckets"]
         if K > 0:
             rows = [[bigram_row(r[t - 1] if t > 0 else -1, r[t], K) for t in range(len(r))] for r in ids.tolist()]

@@ -448,6 +448,60 @@ TEST_P(BackendOps, Embedding) {
   expect_close(dwd.get(), ref, 2e-6, 2e-6, "dwte +=");
 }
 
+TEST_P(BackendOps, EmbedSmear) {
+  // Token smearing fused with the embedding (EmbedSmearArgs), forward and backward against float64:
+  // rows of 50 positions (the first without a previous token, and some others), repeated tokens and
+  // tokens equal to their predecessor; a gate narrower than the row and one as wide.
+  Backend& b = be();
+  for (int64_t C : {int64_t(70), int64_t(8)}) {
+    SCOPED_TRACE(C);
+    const int64_t N = 300, V = 50, T = 50;
+    const int k = int(std::min<int64_t>(12, C));
+    Rng r(40);
+    VecI tok(N), prev(N);
+    for (int64_t n = 0; n < N; ++n) tok[n] = int32_t(r.next() % (V - 3));
+    tok[10] = tok[9];  // a token after itself: both of its row's gradients land in one table row
+    for (int64_t n = 0; n < N; ++n) prev[n] = n % T == 0 || n % 37 == 5 ? -1 : tok[n - 1];
+    VecF wte = randn(V * C, 41), dout = randn(N * C, 42), dwte0 = randn(V * C, 43), w = randn(1 + k, 44);
+    w[0] = 0.7f;
+    const VecF dw0 = randn(1 + k, 45);
+    Dev<int32_t> td(b, tok), pd(b, prev);
+    Dev<float> wd(b, wte), wsd(b, w), gd(b, dout), dwd(b, dwte0), dwsd(b, dw0);
+    Dev<float> out = nan_out(b, N * C);
+    b.embed_smear_fwd({.N = N, .C = C, .k = k, .tok = td.p(), .prev = pd.p(), .wte = wd.p(), .w = wsd.p(),
+                       .out = out.p()});
+    VecD O(N * C), Os(N * C), DW = to_d(dwte0), DWS = to_d(dw0), DWSs(1 + k, 1.0);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* e = wte.data() + tok[n] * C;
+      double z = 0;
+      for (int c = 0; c < k; ++c) z += double(w[1 + c]) * e[c];
+      const double s = 1.0 / (1.0 + std::exp(-z)), lam = w[0];
+      const float* p = prev[n] >= 0 ? wte.data() + prev[n] * C : nullptr;
+      const float* d = dout.data() + n * C;
+      double u = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        O[n * C + c] = e[c] + (p ? lam * s * p[c] : 0.0);
+        Os[n * C + c] = std::abs(e[c]) + (p ? std::abs(lam * s * p[c]) : 0.0);
+        if (p) u += double(d[c]) * p[c];
+      }
+      const double dz = p ? lam * u * s * (1 - s) : 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        DW[tok[n] * C + c] += d[c] + (c < k ? dz * w[1 + c] : 0.0);
+        if (p) DW[prev[n] * C + c] += lam * s * d[c];
+      }
+      if (p) DWS[0] += s * u, DWSs[0] += std::abs(s * u);
+      for (int c = 0; c < k; ++c) DWS[1 + c] += dz * e[c], DWSs[1 + c] += std::abs(dz * e[c]);
+    }
+    expect_close(out.get(), O, 1e-7, 1e-6, "out", &Os);
+    b.embed_smear_bwd({.N = N, .C = C, .k = k, .tok = td.p(), .prev = pd.p(), .wte = wd.p(), .w = wsd.p(),
+                       .dout = gd.p(), .dwte = dwd.p(), .dw = dwsd.p()});
+    // Each table row sums ~12 positions' terms of O(1) in fp32, in an order the backend picks.
+    expect_close(dwd.get(), DW, 1e-5, 1e-5, "dwte +=");
+    const VecF dws = dwsd.get();
+    for (int j = 0; j <= k; ++j) EXPECT_NEAR(dws[size_t(j)], DWS[size_t(j)], 2e-6 * (DWSs[size_t(j)] + 1)) << "dw " << j;
+  }
+}
+
 static VecD rmsnorm_ref(const VecD& x, const VecD* g, int64_t rows, int64_t C, double eps,
                         VecD* rstd = nullptr) {
   VecD y(x.size());

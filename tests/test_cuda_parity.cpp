@@ -43,10 +43,12 @@ std::string no_gpu_reason() {
     if (!why.empty()) GTEST_SKIP() << "no usable GPU: " << why; \
   } while (0)
 
-// Every feature that has a kernel of its own: GQA, qk-norm with gains, norm gains, softcap, SwiGLU.
+// Every feature that has a kernel of its own: GQA, qk-norm with gains, norm gains, softcap, SwiGLU,
+// token smearing.
 ModelConfig tiny_model(const std::string& prec, const std::string& act = "swiglu") {
   ModelConfig c = model_test::tiny_config();
   c.activation = act;
+  c.smear = true;
   c.norm_gain = true;
   c.qk_norm = true;
   c.zero_init_out = false;  // every matmul carries signal from the first step

@@ -117,6 +117,7 @@ std::vector<std::pair<std::string, ModelConfig>> test_models(int tok_vocab) {
   a.bigram_buckets = 37;
   a.attn_window = 8;
   a.x0_skips = true;
+  a.smear = true;
   a.activation = "swiglu";
   a.norm_gain = true;
   a.rope_base = 5000.0f;
@@ -293,7 +294,7 @@ TEST(ExportHf, NanochatLayoutComputesClocklmsLogitsAndRefusesWhatItCannot) {
   // A model nanochat cannot compute: one line naming every option, nothing written.
   const std::string feat = make_run(dir / "features", models[1].second, 3);
   EXPECT_NE(run_clocklm("export --checkpoint " + feat + " --format hf --out " + (dir / "hf_feat").string(), &out), 0);
-  for (const char* opt : {"value_embeds", "x0_skips", "bigram_buckets", "attn_window", "activation=swiglu",
+  for (const char* opt : {"value_embeds", "x0_skips", "smear", "bigram_buckets", "attn_window", "activation=swiglu",
                           "norm_gain", "head_dim"})
     EXPECT_NE(out.find(opt), std::string::npos) << opt << ": " << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;

@@ -256,3 +256,19 @@ TEST(OnnxExport, RefusesMoreThanOneFileHolds) {
     EXPECT_NE(std::string(e.what()).find("lm_head"), std::string::npos) << e.what();
   }
 }
+
+TEST(OnnxExport, RefusesTokenSmearingInOneLine) {
+  ModelConfig c = small_config();
+  c.smear = true;
+  GPT m(c, 1, 8, cpu_backend());
+  std::vector<SafeTensor> params;
+  for (const Param& p : m.params()) params.push_back({p.name, p.shape, std::vector<float>(size_t(p.numel()))});
+  try {
+    onnx_model_bytes(c, params);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model.smear"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}

@@ -157,6 +157,10 @@ static void whole_model_gradcheck(ModelConfig c) {
       p.data[0] = 0.8f;
       p.data[1] = 0.6f;
       m.weights_changed();
+    } else if (p.name == "smear") {  // lam and the gate away from zero, so every path counts
+      Rng r(15);
+      for (int64_t i = 0; i < p.numel(); ++i) p.data[i] = i == 0 ? 0.7f : 0.5f * r.normal();
+      m.weights_changed();
     }
   auto in = tokens(B * T, c.vocab_size, 12), tg = tokens(B * T, c.vocab_size, 13);
   tg[3] = -1;  // an ignored position
@@ -303,6 +307,37 @@ TEST(GPT, EmbeddingSkipShapeCountAndStart) {
   ModelConfig plain = c;
   plain.x0_skips = false;
   expect_same_start(c, plain);
+}
+
+TEST(GPT, GradientCheckTokenSmearing) {
+  // lam, the gate weights and both table rows of each position (its own and its predecessor's)
+  // get gradients; with a bigram table and embedding skips on top.
+  ModelConfig c = tiny("relu2");
+  c.smear = true;
+  whole_model_gradcheck(c);
+  c = tiny("swiglu");
+  c.smear = true;
+  c.bigram_buckets = 5;
+  c.x0_skips = true;
+  whole_model_gradcheck(c);
+}
+
+TEST(GPT, TokenSmearingShapeCountAndStart) {
+  ModelConfig c = tiny();
+  c.smear = true;
+  GPT m(c, 2, 8);
+  int found = 0;
+  for (auto& p : m.params())
+    if (p.name == "smear") {
+      ++found;
+      EXPECT_EQ(p.kind, ParamKind::Scalar);
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{1 + c.smear_gate_width()}));
+    }
+  EXPECT_EQ(found, 1);
+  EXPECT_EQ(count_params(c).total(), m.num_params());
+  ModelConfig plain = c;
+  plain.smear = false;
+  expect_same_start(c, plain);  // lam starts at zero and the other tensors initialise as without it
 }
 
 TEST(GPT, GradientCheckMultiTokenHead) {

@@ -25,7 +25,8 @@ ModelConfig tiny_config(const std::string& act = "relu2", bool gain = false) {
   return c;
 }
 
-// Gives the bigram table (model.bigram_buckets) and value embeddings (model.value_embeds) values:
+// Gives the bigram table (model.bigram_buckets), value embeddings (model.value_embeds) and the smear
+// weights (model.smear) values:
 // init_weights starts them at zero, where a wrong previous token or a missing value row would change
 // nothing.
 void fill_zero_start_tables(GPT& m, uint64_t seed) {
@@ -38,6 +39,11 @@ void fill_zero_start_tables(GPT& m, uint64_t seed) {
     } else if (p.name.ends_with(".x0_mix")) {  // embedding skips: start (1, 0) would mix nothing in
       const float h[2] = {0.9f, 0.7f};
       p.from_host(h);
+    } else if (p.name == "smear") {  // token smearing: lam = 0 would mix nothing in
+      Rng r(seed + 1);
+      std::vector<float> h(size_t(p.numel()));
+      for (size_t i = 0; i < h.size(); ++i) h[i] = i == 0 ? 0.8f : 0.5f * r.normal();
+      p.from_host(h.data());
     }
   m.weights_changed();
 }
@@ -58,6 +64,7 @@ TEST(SampleKV, GreedyWithCacheEqualsRecomputation) {
       c.value_embeds = std::string(act) == "swiglu" ? 0 : 2;
       c.attn_window = std::string(act) == "swiglu" ? 5 : 0;  // decoding past the window
       c.x0_skips = std::string(act) == "relu2";
+      c.smear = std::string(act) == "relu2";  // each appended token mixes in the last one's row
       GPT model(c, 1, c.seq_len);
       model.init_weights(3);
       fill_zero_start_tables(model, 4);
@@ -104,6 +111,7 @@ TEST(SampleKV, CachedScoringMatchesForward) {
   c.value_embeds = bigram > 0 ? 1 : 0;
   c.attn_window = bigram > 0 ? 6 : 0;
   c.x0_skips = bigram > 0;
+  c.smear = bigram > 0;
   const int B = 3, T = 20;
   GPT model(c, B, T);
   model.init_weights(9);
@@ -156,6 +164,7 @@ TEST(SampleKV, GroupScoringEqualsWholeRows) {
     c.bigram_buckets = prec == MatPrec::F32 ? 13 : 0;  // a branch's first token pairs with the prefix's last
     c.value_embeds = prec == MatPrec::F32 ? 1 : 2;
     c.x0_skips = prec == MatPrec::BF16;
+    c.smear = true;  // a branch's first token mixes in the prefix's last
     GPT model(c, 1, c.seq_len);
     model.init_weights(21);
     fill_zero_start_tables(model, 22);

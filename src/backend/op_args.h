@@ -177,6 +177,36 @@ struct Mix2BwdArgs {
   float* dw = nullptr;
 };
 
+// Token smearing fused with the token embedding (model.smear): row i of out is
+//   wte[tok[i]] + lam s_i wte[prev[i]],   s_i = sigmoid(sum_{c<k} g[c] wte[tok[i]][c]),
+// with w = [lam, g[0], ..., g[k-1]] on the device and prev[i] < 0 meaning no previous token (the
+// row is then the plain embedding). The gate reads the token's own first k channels, so each
+// position decides how much of its predecessor's embedding to take in.
+struct EmbedSmearArgs {
+  int64_t N = 0, C = 0;
+  int k = 0;  // gate width, 1 <= k <= C
+  const int32_t* tok = nullptr;
+  const int32_t* prev = nullptr;
+  const float* wte = nullptr;
+  const float* w = nullptr;
+  float* out = nullptr;  // [N, C] (=)
+};
+
+// Its backward from dout [N, C]: dwte += the table rows' gradient (through both lookups and the
+// gate), dw += (d lam, d g) summed in double in a fixed order (the same bits whatever the thread
+// count).
+struct EmbedSmearBwdArgs {
+  int64_t N = 0, C = 0;
+  int k = 0;
+  const int32_t* tok = nullptr;
+  const int32_t* prev = nullptr;
+  const float* wte = nullptr;
+  const float* w = nullptr;
+  const float* dout = nullptr;
+  float* dwte = nullptr;  // +=
+  float* dw = nullptr;    // +=, 1 + k values
+};
+
 // The gradient clip of one optimizer step, in device memory: written by grad_clip on the device
 // and read there by the update ops, so that no value goes back to the host inside the step. When
 // `finite` is 0 the update ops leave every parameter and moment as it is.

@@ -42,6 +42,9 @@
     int64_t C), (tok, wte, out, N, C), table, stream)                                            \
   F(X, embedding_bwd, void, (const int32_t* tok, const float* dout, float* dwte, int64_t N,      \
     int64_t C), (tok, dout, dwte, N, C), table, own)                                             \
+  /* The token embedding with token smearing (EmbedSmearArgs); its backward adds into dwte. */   \
+  F(X, embed_smear_fwd, void, (const EmbedSmearArgs& a), (a), table, stream)                     \
+  F(X, embed_smear_bwd, void, (const EmbedSmearBwdArgs& a), (a), table, own)                     \
   F(X, rmsnorm_fwd, void, (const RmsnormFwdArgs& a), (a), own, own)                             \
   F(X, rmsnorm_bwd, void, (const RmsnormBwdArgs& a), (a), table, own)                            \
   F(X, rope_tables, void, (float* cos_t, float* sin_t, int T, int hd, float base),               \

@@ -51,6 +51,16 @@ Cost embedding_fwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
 Cost embedding_bwd(const int32_t*, const float*, float*, int64_t N, int64_t C) {
   return per_elem(double(N) * double(C), 1, 12);
 }
+// Two table rows read and one row written per position, the gate's k products and the mix.
+Cost embed_smear_fwd(const EmbedSmearArgs& a) {
+  const double e = double(a.N) * double(a.C);
+  return {2.0 * e + 2.0 * double(a.N) * a.k, 12.0 * e};
+}
+// The dot with the previous row, then both rows' scatter (read-modify-write).
+Cost embed_smear_bwd(const EmbedSmearBwdArgs& a) {
+  const double e = double(a.N) * double(a.C);
+  return {6.0 * e + 4.0 * double(a.N) * a.k, 32.0 * e};
+}
 Cost rmsnorm_fwd(const RmsnormFwdArgs& a) {
   const double e = double(a.rows) * double(a.C);
   return {4.0 * e, (8.0 + esz(a.out_t)) * e};

@@ -62,6 +62,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"model.value_embeds", &m.value_embeds});
   f.push_back({"model.attn_window", &m.attn_window});
   f.push_back({"model.x0_skips", &m.x0_skips});
+  f.push_back({"model.smear", &m.smear});
   f.push_back({"model.mtp_weight", &m.mtp_weight});
   f.push_back({"model.vocab_size", &m.vocab_size});
   f.push_back({"model.seq_len", &m.seq_len});
@@ -678,6 +679,9 @@ uint64_t config_hash(const RunConfig& cfg) {
   for (const char* k : {"budget_seconds", "max_steps", "eval_every_seconds", "val_tokens", "periodic_val_tokens",
                         "eval_batch", "checkpoint_every_seconds", "keep_checkpoints", "log_every", "threads", "graph"})
     j["train"].erase(k);
+  // Keys added after checkpoints were first written count only when set, so a run that does not
+  // use them keeps the hash it had before they existed (its checkpoints still resume).
+  if (!cfg.model.smear) j["model"].erase("smear");
   std::string s = j.dump();  // nlohmann::json objects are sorted by key: a canonical text
   return fnv1a64(s.data(), s.size());
 }

@@ -37,6 +37,7 @@ std::vector<std::string> hf_nanochat_refusals(const ModelConfig& m) {
   std::vector<std::string> r;
   if (m.value_embeds > 0) r.push_back(fmt::format("model.value_embeds={} (value embeddings)", m.value_embeds));
   if (m.x0_skips) r.push_back("model.x0_skips (embedding skips)");
+  if (m.smear) r.push_back("model.smear (token smearing)");
   if (m.bigram_buckets > 0) r.push_back(fmt::format("model.bigram_buckets={} (bigram embedding)", m.bigram_buckets));
   if (m.attn_window > 0) r.push_back(fmt::format("model.attn_window={} (sliding-window attention)", m.attn_window));
   if (m.activation != "relu2")

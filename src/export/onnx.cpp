@@ -301,6 +301,7 @@ std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>
                              bool with_past) {
   const int P = max_positions > 0 ? max_positions : c.seq_len;
   if (P <= 0) fail("ONNX export: the maximum row length must be positive, got {}", P);
+  if (c.smear) fail("ONNX export: token smearing (model.smear) has no ONNX graph yet (export it with --format safetensors)");
   int64_t floats = int64_t(P) * c.head_dim;  // the RoPE tables
   for (const SafeTensor& t : params) floats += int64_t(t.data.size());
   const int64_t bytes = 4 * floats;

@@ -41,6 +41,11 @@ struct ModelConfig {
   // an RMSNorm) and the shared LM head; training minimises next-token loss + mtp_weight x that
   // loss. Evaluation and inference use the next-token head only. 0 = off.
   float mtp_weight = 0.0f;
+  // Token smearing: each position's embedding takes in its predecessor's, x[t] = e[t] + lam
+  // sigmoid(g . e[t][:k]) e[t-1] within a row (k = smear_gate_width(d_model); parameter `smear`
+  // = [lam, g], starting at zero, so the model begins as the one without). The previous token's
+  // identity then reaches the first block at the cost of one more table row read per token.
+  bool smear = false;
   int vocab_size = 0;         // 0 = take it from the dataset's tokenizer
   int seq_len = 1024;
   float init_std = 0.02f;     // embeddings; hidden matrices use init_std, output projections scaled
@@ -49,6 +54,9 @@ struct ModelConfig {
   // Accumulation is fp32 either way; the resolved value is recorded in run.json and summary.json.
   std::string matmul_precision = "auto";
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // Channels of a token's embedding the smear gate reads (model.smear): the first 12, or all of a
+  // narrower model.
+  int smear_gate_width() const { return d_model < 12 ? d_model : 12; }
   int mlp_hidden() const;
 };
 

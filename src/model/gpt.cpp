@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace clm {
 
@@ -38,6 +39,7 @@ void GPTImpl::build() {
   qw = l.qw; kvw = l.kvw; qkvw = l.qkvw; hw = l.hw;
   block_offs = l.layers;
   off_wte = l.wte; off_big = l.bigram; off_fg = l.final_gain; off_head = l.head; off_mtp = l.mtp;
+  off_smear = l.smear;
   nparams = l.param_floats;
   chunk_rows = l.act.chunk_rows;
 
@@ -65,27 +67,29 @@ void GPTImpl::build() {
   argmax_d = tgt_d + s;
   loss_d = reinterpret_cast<float*>(argmax_d + s);
   big_d = big_d0 = reinterpret_cast<int32_t*>(loss_d + s);
-  if (off_mtp >= 0) tgt2_d = tgt2_d0 = big_d + s;
+  int32_t* next = big_d + s;
+  if (off_mtp >= 0) tgt2_d = tgt2_d0 = std::exchange(next, next + s);
+  if (off_smear >= 0) prev_d = prev_d0 = next;
 }
 
 GPTImpl::Slot GPTImpl::slot(int64_t a) {
   const int64_t s = layout.act.io_stride;
-  if (a == 0) return {tok_d0, tgt_d0, big_d0, tgt2_d0};
+  if (a == 0) return {tok_d0, tgt_d0, big_d0, tgt2_d0, prev_d0};
   if (a >= n_slots) {  // grown keeping the slots staged so far
     const int64_t n = std::max<int64_t>(a + 1, 2 * n_slots);
-    DeviceBuffer grown(*be, size_t(n - 1) * 4 * size_t(s) * 4);
+    DeviceBuffer grown(*be, size_t(n - 1) * kSlotArrays * size_t(s) * 4);
     if (n_slots > 1) be->copy(grown.as<void>(), slots_buf.as<void>(), slots_buf.bytes());
     slots_buf = std::move(grown);
     n_slots = n;
     ++memory_epoch;
   }
-  int32_t* base = slots_buf.as<int32_t>() + (a - 1) * 4 * s;
-  return {base, base + s, base + 2 * s, base + 3 * s};
+  int32_t* base = slots_buf.as<int32_t>() + (a - 1) * kSlotArrays * s;
+  return {base, base + s, base + 2 * s, base + 3 * s, base + 4 * s};
 }
 
 void GPTImpl::use_slot(int64_t a) {
   const Slot s = slot(a);
-  tok_d = s.tok, tgt_d = s.tgt, big_d = s.big, tgt2_d = s.tgt2;
+  tok_d = s.tok, tgt_d = s.tgt, big_d = s.big, tgt2_d = s.tgt2, prev_d = s.prev;
 }
 
 LayerAct GPTImpl::bind_block(const BlockActs& b, float* base) {
@@ -166,6 +170,8 @@ void GPT::init_weights(uint64_t seed) {
     bool is_out = p.name.ends_with(".wo") || p.name.ends_with(".w_out");
     if (p.name.ends_with(".x0_mix")) {
       host = {1.0f, 0.0f};  // a x + b x0 starts as x
+    } else if (p.name == "smear") {
+      // lam = 0: no smearing until trained (g = 0: the gate starts at one half)
     } else if (p.kind == ParamKind::Scalar) {
       std::fill(host.begin(), host.end(), 1.0f);
     } else if (p.kind == ParamKind::Head || is_out) {

@@ -37,7 +37,8 @@ struct KVSegment {
   int64_t cache = 0;
   int ldT = 0;
   // The token at position pos0 - 1 (read when pos0 > 0 and the model has a bigram embedding,
-  // model.bigram_buckets, whose first row of the segment pairs it with that token).
+  // model.bigram_buckets, whose first row of the segment pairs it with that token, or token
+  // smearing, model.smear, which mixes in its embedding).
   int32_t prev = -1;
 };
 

@@ -78,26 +78,30 @@ struct GPTImpl {
   int64_t off_wte = 0, off_fg = -1, off_head = 0;
   int64_t off_big = -1;  // the bigram table [bigram_buckets, d], when model.bigram_buckets > 0
   int64_t off_mtp = -1;  // mtp_proj [d, d], when model.mtp_weight > 0
+  int64_t off_smear = -1;  // the smear weights [1 + k], when model.smear
 
   DeviceBuffer arena;  // activation arena
   DeviceBuffer io;  // tokens, targets, per-token loss and argmax of one forward ([N] each)
   // The token arrays a forward reads: those of the micro-batch slot last selected (use_slot).
   int32_t *tok_d = nullptr, *tgt_d = nullptr, *argmax_d = nullptr, *big_d = nullptr;
   int32_t* tgt2_d = nullptr;  // the multi-token head's targets (the token after next)
+  int32_t* prev_d = nullptr;  // token smearing: each position's previous token in its row (-1: none)
   float* loss_d = nullptr;
-  // Micro-batch slots past the first (slot 0 is io's arrays): tokens, targets, bigram rows and the
-  // token after next, io_stride ints each, so a whole step's batches are on the device before
-  // its ops are queued (GPT::stage_batch).
+  // Micro-batch slots past the first (slot 0 is io's arrays): tokens, targets, bigram rows, the
+  // token after next and the previous tokens, io_stride ints each, so a whole step's batches are
+  // on the device before its ops are queued (GPT::stage_batch).
   DeviceBuffer slots_buf;
   int64_t n_slots = 1;
-  int32_t *tok_d0 = nullptr, *tgt_d0 = nullptr, *big_d0 = nullptr, *tgt2_d0 = nullptr;  // slot 0
+  int32_t *tok_d0 = nullptr, *tgt_d0 = nullptr, *big_d0 = nullptr, *tgt2_d0 = nullptr,
+          *prev_d0 = nullptr;  // slot 0
   // Advances whenever a buffer a training step's ops use is allocated anew (GPT::memory_epoch).
   uint64_t memory_epoch = 0;
   struct Slot {
-    int32_t *tok, *tgt, *big, *tgt2;
+    int32_t *tok, *tgt, *big, *tgt2, *prev;
   };
+  static constexpr int64_t kSlotArrays = 5;
   Slot slot(int64_t a);  // grows the slots to hold `a`
-  void use_slot(int64_t a);  // tok_d, tgt_d, big_d and tgt2_d := slot a's
+  void use_slot(int64_t a);  // tok_d, tgt_d, big_d, tgt2_d and prev_d := slot a's
   std::vector<LayerAct> block_acts;
   float *x_final, *lnf_rstd, *lnf_mm, *dxf, *head_dw, *logits, *logits_mm;
   float *tmp_d, *tmp_mm, *qkv, *dres, *dtmp, *dtmp2, *dmm, *dq, *dk, *dv, *cos_t, *sin_t;
@@ -150,6 +154,23 @@ struct GPTImpl {
     be->axpy(x, 1.0f, tmp, N * d);
   }
   float* gp(int64_t off) const { return off >= 0 ? grads_buf.as<float>() + off : nullptr; }
+  // The token embedding of N rows into x: a lookup, or with token smearing (model.smear) the
+  // lookup mixed with each row's previous token's (prev: -1 where none); and its backward into the
+  // table's (and the smear weights') gradients.
+  void embed_fwd(const int32_t* tok, const int32_t* prev, int64_t N, float* x) {
+    ProfRegion pr(prof, "embedding", "fwd");
+    const float* wte = params_buf.as<float>() + off_wte;
+    if (off_smear < 0) return be->embedding_fwd(tok, wte, x, N, d);
+    be->embed_smear_fwd({.N = N, .C = d, .k = cfg.smear_gate_width(), .tok = tok, .prev = prev, .wte = wte,
+                         .w = pp(off_smear), .out = x});
+  }
+  void embed_bwd(const int32_t* tok, const int32_t* prev, int64_t N, const float* dx) {
+    float* dwte = grads_buf.as<float>() + off_wte;
+    if (off_smear < 0) return be->embedding_bwd(tok, dx, dwte, N, d);
+    be->embed_smear_bwd({.N = N, .C = d, .k = cfg.smear_gate_width(), .tok = tok, .prev = prev,
+                         .wte = params_buf.as<float>() + off_wte, .w = pp(off_smear), .dout = dx, .dwte = dwte,
+                         .dw = gp(off_smear)});
+  }
 
   // Scratch of the cached (inference) forward, sized on demand: one LayerAct that every layer
   // reuses (nothing is kept for backward), the head's row buffers and RoPE tables for `T` positions.
@@ -161,7 +182,7 @@ struct GPTImpl {
     float *qkv = nullptr, *tmp_d = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
           *rows_mm = nullptr, *cos_t = nullptr, *sin_t = nullptr, *loss = nullptr,
           *x0 = nullptr;  // the embedding output, kept for the skips
-    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr;
+    int32_t *tok = nullptr, *tgt = nullptr, *argmax = nullptr, *big = nullptr, *prev = nullptr;
   } inf;
 
   // Allocates params, grads, the bf16 mirror, the activation arena and io as `layout` says (after
@@ -190,8 +211,8 @@ struct GPTImpl {
   // Host half of a forward: checks B x T against the arena and the token ids, and writes them
   // (with their bigram rows) to slot a; sets B and T.
   void stage_inputs(int64_t a, const int32_t* in, int B, int T);
-  // The same for targets (with the token after next when the multi-token head is on): the heads'
-  // divisors, from the host.
+  // The same for targets (with the token after next when the multi-token head runs: on, with
+  // gradients enabled): the heads' divisors, from the host.
   GPT::LossCounts stage_targets(int64_t a, const int32_t* targets);
   // Device half: embedding, the blocks and the final norm over the selected slot's B x T tokens.
   void body_ops();

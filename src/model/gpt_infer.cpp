@@ -47,6 +47,7 @@ void GPTImpl::infer_reserve(int64_t N, int T_) {
   inf.rows_mm = at(p.rows_mm), inf.cos_t = at(p.cos_t), inf.sin_t = at(p.sin_t), inf.loss = at(p.loss);
   inf.x0 = at(p.x0);
   inf.tok = at_i(p.tok), inf.tgt = at_i(p.tgt), inf.argmax = at_i(p.argmax), inf.big = at_i(p.bigram);
+  inf.prev = at_i(p.prev);
   be->rope_tables(inf.cos_t, inf.sin_t, T_, hd, cfg.rope_base);
   inf.N = N;
   inf.T = T_;
@@ -107,9 +108,9 @@ void check_segments(const GPTImpl& m, int64_t N, const std::vector<KVSegment>& s
     if (sg.n <= 0 || sg.off < 0 || sg.off + sg.n > N || sg.pos0 < 0 || sg.pos0 + sg.n > sg.ldT ||
         sg.pos0 + sg.n > max_pos || sg.cache < 0 || sg.cache + int64_t(m.Hkv) * sg.ldT * m.hd > cache.floats())
       fail("GPT cached forward: a segment of {} tokens at position {} does not fit its cache area", sg.n, sg.pos0);
-    if (m.off_big >= 0 && sg.pos0 > 0 && (sg.prev < 0 || sg.prev >= m.V))
+    if ((m.off_big >= 0 || m.off_smear >= 0) && sg.pos0 > 0 && (sg.prev < 0 || sg.prev >= m.V))
       fail("GPT cached forward: a segment at position {} lacks its previous token (token {}), which the "
-           "bigram embedding reads", sg.pos0, sg.prev);
+           "{} reads", sg.pos0, sg.prev, m.off_big >= 0 ? "bigram embedding" : "token smearing");
     covered += sg.n;
   }
   if (covered != N) fail("GPT cached forward: segments cover {} of {} tokens", covered, N);
@@ -137,17 +138,14 @@ void GPT::forward_cached(const int32_t* tokens, int64_t N, const std::vector<KVS
   const int d = m.d;
   LayerAct& a = m.inf.a;
   be.to_device(m.inf.tok, tokens, sizeof(int32_t) * N);
-  {
-    ProfRegion pr(m.prof, "embedding", "fwd");
-    be.embedding_fwd(m.inf.tok, m.params_buf.as<float>() + m.off_wte, a.x, N, d);
-  }
+  std::vector<int32_t> prev(static_cast<size_t>(N));  // each token's previous one (-1: none)
+  for (const KVSegment& sg : segs)
+    for (int i = 0; i < sg.n; ++i) prev[size_t(sg.off + i)] = i > 0 ? tokens[sg.off + i - 1] : sg.pos0 > 0 ? sg.prev : -1;
+  if (m.off_smear >= 0) be.to_device(m.inf.prev, prev.data(), sizeof(int32_t) * N);
+  m.embed_fwd(m.inf.tok, m.inf.prev, N, a.x);
   if (m.off_big >= 0) {
     std::vector<int32_t> rows(static_cast<size_t>(N));
-    for (const KVSegment& sg : segs)
-      for (int i = 0; i < sg.n; ++i) {
-        const int32_t prev = i > 0 ? tokens[sg.off + i - 1] : sg.pos0 > 0 ? sg.prev : -1;
-        rows[size_t(sg.off + i)] = bigram_row(prev, tokens[sg.off + i], m.cfg.bigram_buckets);
-      }
+    for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(prev[size_t(i)], tokens[i], m.cfg.bigram_buckets);
     m.add_bigram(rows, m.inf.big, a.x, m.inf.tmp_d);
   }
   if (m.inf.x0) be.copy(m.inf.x0, a.x, sizeof(float) * N * d);

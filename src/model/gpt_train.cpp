@@ -170,15 +170,17 @@ void GPTImpl::stage_inputs(int64_t a, const int32_t* in, int B_, int T_) {
     for (int64_t i = 0; i < N; ++i) rows[size_t(i)] = bigram_row(i % T == 0 ? -1 : in[i - 1], in[i], cfg.bigram_buckets);
     be->to_device(s.big, rows.data(), sizeof(int32_t) * N);
   }
+  if (off_smear >= 0) {  // the same rule for token smearing
+    std::vector<int32_t> prev(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) prev[size_t(i)] = i % T == 0 ? -1 : in[i - 1];
+    be->to_device(s.prev, prev.data(), sizeof(int32_t) * N);
+  }
 }
 
 void GPTImpl::body_ops() {
   const int64_t N = int64_t(B) * T;
   refresh_bf16();
-  {
-    ProfRegion pr(prof, "embedding", "fwd");
-    be->embedding_fwd(tok_d, params_buf.as<float>() + off_wte, block_acts[0].x, N, d);
-  }
+  embed_fwd(tok_d, prev_d, N, block_acts[0].x);
   if (off_big >= 0) add_bigram_rows(big_d, N, block_acts[0].x, tmp_d);
   for (int l = 0; l < L; ++l) block_fwd(l);
   ProfRegion pr(prof, "rmsnorm.final", "fwd");
@@ -244,7 +246,7 @@ GPT::LossCounts GPTImpl::stage_targets(int64_t a, const int32_t* targets) {
   }
   const Slot s = slot(a);
   be->to_device(s.tgt, targets, sizeof(int32_t) * N);
-  if (off_mtp >= 0) {
+  if (off_mtp >= 0 && grad_enabled) {  // the head runs only with gradients (queue_staged)
     // Position t of a row predicts the target of position t + 1 (the token after next); the last
     // position of each row has none.
     std::vector<int32_t> tgt2(size_t(N), -1);
@@ -294,7 +296,6 @@ void GPTImpl::mtp_fwd(int64_t valid, double* sum_d) {
 // ---- the model's training entry points -------------------------------------------------------------
 GPT::LossCounts GPTImpl::queue_forward(const int32_t* inputs, const int32_t* targets, int B_, int T_,
                                        bool rows_loss, bool rows_argmax, double* sums_d) {
-  have_fwd = false;
   stage_inputs(0, inputs, B_, T_);
   const GPT::LossCounts c = targets ? stage_targets(0, targets) : GPT::LossCounts{};
   queue_staged(0, targets != nullptr, c, rows_loss, rows_argmax, sums_d);
@@ -397,7 +398,7 @@ void GPT::backward(float loss_scale) {
   if (m.dx0) be.axpy(m.dres, 1.0f, m.dx0, N * d);  // the embedding output's gradient through the skips
   {
     ProfRegion pr(m.prof, "embedding", "bwd");
-    be.embedding_bwd(m.tok_d, m.dres, grads + m.off_wte, N, d);
+    m.embed_bwd(m.tok_d, m.prev_d, N, m.dres);
     if (m.off_big >= 0) be.embedding_bwd(m.big_d, m.dres, grads + m.off_big, N, d);  // rows of the forward
   }
   m.bf16_dirty = true;  // an optimizer step normally follows

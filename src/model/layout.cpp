@@ -67,8 +67,9 @@ void add_block(ModelLayout& l, ParamTable& t, int i) {
   lo.w_out = t.add(pre + "mlp.w_out", {l.d, l.Hd}, ParamKind::Matrix);
 }
 
-// Embeddings, the blocks (value embeddings of the last blocks first), the final norm, the head and
-// the multi-token projection last (so the other tensors initialise as without it).
+// Embeddings, the blocks (value embeddings of the last blocks first), the final norm, the head,
+// then the multi-token projection and the smear weights (so the other tensors initialise as
+// without them).
 void plan_params(ModelLayout& l) {
   const ModelConfig& c = l.cfg;
   ParamTable t{l};
@@ -81,6 +82,7 @@ void plan_params(ModelLayout& l) {
   if (c.norm_gain) l.final_gain = t.add("final_norm.gain", {l.d}, ParamKind::Scalar);
   l.head = c.tie_embeddings ? l.wte : t.add("lm_head", {l.Vp, l.d}, ParamKind::Head);
   if (c.mtp_weight > 0) l.mtp = t.add("mtp_proj", {l.d, l.d}, ParamKind::Matrix);
+  if (c.smear) l.smear = t.add("smear", {1 + c.smear_gate_width()}, ParamKind::Scalar);
   for (auto& p : l.params) {
     int64_t& group = p.kind == ParamKind::Embedding ? l.counts.embed
                      : p.kind == ParamKind::Head    ? l.counts.head
@@ -171,7 +173,8 @@ void plan_acts(ModelLayout& l) {
   a.blocks.assign(size_t(l.L), BlockActs{});
   for (int i = 0; i < l.L; ++i) plan_block_acts(l, ar, a.blocks[size_t(i)], i, N, true);
   plan_shared_acts(l, a, ar, N);
-  a.io_arrays = l.mtp >= 0 ? 6 : 5;  // tokens, targets, argmax, loss, bigram rows (+ token after next)
+  // tokens, targets, argmax, loss, bigram rows (+ token after next) (+ previous tokens)
+  a.io_arrays = 5 + (l.mtp >= 0 ? 1 : 0) + (l.smear >= 0 ? 1 : 0);
   a.io_stride = align16(N);
 }
 
@@ -194,7 +197,7 @@ InferencePlan inference_plan(const ModelLayout& l, int64_t N, int T, int64_t hea
   ar.carve(p.sin_t, "", int64_t(T) * l.hd / 2);
   ar.carve(p.loss, "", N);
   if (l.cfg.x0_skips) ar.carve(p.x0, "", N * l.d);
-  for (int64_t* io : {&p.tok, &p.tgt, &p.argmax, &p.bigram}) ar.carve(*io, "", N);  // int32 arrays
+  for (int64_t* io : {&p.tok, &p.tgt, &p.argmax, &p.bigram, &p.prev}) ar.carve(*io, "", N);  // int32 arrays
   return p;
 }
 

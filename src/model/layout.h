@@ -46,7 +46,8 @@ struct BlockActs {
 
 // The activation arena of a training model for max_B x max_T tokens: everything backward needs per
 // block, then scratch shared by all blocks, then the multi-token head's buffers; and the io arrays
-// (tokens, targets, argmax, loss, bigram rows, and the multi-token targets) of `rows` entries each.
+// (tokens, targets, argmax, loss, bigram rows, the multi-token targets and the previous tokens of
+// token smearing) of `rows` entries each.
 struct ActivationPlan {
   struct View {
     std::string name;  // e.g. "blocks.2.q", "logits"
@@ -78,6 +79,7 @@ struct ModelLayout {
   int64_t bigram = -1;        // [bigram_buckets, d] (model.bigram_buckets > 0)
   int64_t final_gain = -1;    // [d] (model.norm_gain)
   int64_t mtp = -1;           // mtp_proj [d, d] (model.mtp_weight > 0)
+  int64_t smear = -1;         // [1 + smear_gate_width] = lam, gate weights (model.smear)
   int64_t param_floats = 0;   // size of the parameter (and gradient, and bf16 mirror) buffer, gaps included
   ParamCount counts;          // elements by group (gaps excluded)
 
@@ -95,12 +97,12 @@ struct ModelLayout {
 // Scratch of the cached (inference) forward for N rows at positions below T, in floats from its
 // start: one block's activations that every layer reuses (no backward follows, so no log-sum-exp),
 // the fused q/k/v rows, a temporary as wide as any row, the LM head's `head_rows` rows of logits and
-// inputs, RoPE tables, per-row losses, the embedding output (model.x0_skips) and four int32 io
-// arrays (tokens, targets, argmax, bigram rows) of N entries.
+// inputs, RoPE tables, per-row losses, the embedding output (model.x0_skips) and five int32 io
+// arrays (tokens, targets, argmax, bigram rows, previous tokens) of N entries.
 struct InferencePlan {
   BlockActs block;
   int64_t qkv = -1, tmp_d = -1, lnf_rstd = -1, logits = -1, rows_mm = -1, cos_t = -1, sin_t = -1, loss = -1,
-          x0 = -1, tok = -1, tgt = -1, argmax = -1, bigram = -1;
+          x0 = -1, tok = -1, tgt = -1, argmax = -1, bigram = -1, prev = -1;
   int64_t rows = 0, head_rows = 0;
   int T = 0;
   int64_t floats = 0;

@@ -21,6 +21,7 @@ std::string recipe_family(const RunConfig& c) {
   if (m.mtp_weight > 0) f += "+mtp";
   if (m.bigram_buckets > 0) f += "+bigram";
   if (m.x0_skips) f += "+x0";
+  if (m.smear) f += "+smear";
   if (m.attn_window > 0) f += "+window";
   if (m.activation != "relu2") f += "+" + m.activation;
   if (m.tie_embeddings) f += "+tied";

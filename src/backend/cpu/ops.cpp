@@ -49,6 +49,82 @@ void embedding_bwd(const int32_t* tok, const float* dout, float* dwte, int64_t N
   }
 }
 
+// --- token embedding with token smearing ----------------------------------------------------------
+namespace {
+// The smear gate of a token's embedding row e: sigmoid(sum_{c<k} g[c] e[c]).
+inline float smear_gate(const float* e, const float* g, int k) {
+  float z = 0;
+  for (int c = 0; c < k; ++c) z += g[c] * e[c];
+  return 1.0f / (1.0f + std::exp(-z));
+}
+}  // namespace
+
+void embed_smear_fwd(const EmbedSmearArgs& a) {
+  const int64_t C = a.C;
+  const float lam = a.w[0];
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < a.N; ++n) {
+    const float* e = a.wte + int64_t(a.tok[n]) * C;
+    float* o = a.out + n * C;
+    if (a.prev[n] < 0) {
+      std::memcpy(o, e, size_t(C) * 4);
+      continue;
+    }
+    const float* p = a.wte + int64_t(a.prev[n]) * C;
+    const float f = lam * smear_gate(e, a.w + 1, a.k);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = e[c] + f * p[c];
+  }
+}
+
+void embed_smear_bwd(const EmbedSmearBwdArgs& a) {
+  const int64_t N = a.N, C = a.C;
+  const int k = a.k;
+  const float lam = a.w[0];
+  const float* g = a.w + 1;
+  // Pass 1, per position: the factor on the previous row (lam s) and the gate logit's gradient dz,
+  // and the parameter sums over fixed chunks of positions in double, added in chunk order.
+  constexpr int64_t kChunk = 256;
+  const int64_t nchunks = (N + kChunk - 1) / kChunk;
+  std::vector<float> f(static_cast<size_t>(N)), dz(static_cast<size_t>(N));
+  std::vector<double> part(static_cast<size_t>(nchunks * (1 + k)), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < nchunks; ++ch) {
+    double* ps = part.data() + ch * (1 + k);
+    for (int64_t n = ch * kChunk, hi = std::min(N, (ch + 1) * kChunk); n < hi; ++n) {
+      f[size_t(n)] = dz[size_t(n)] = 0;
+      if (a.prev[n] < 0) continue;
+      const float* e = a.wte + int64_t(a.tok[n]) * C;
+      const float* p = a.wte + int64_t(a.prev[n]) * C;
+      const float* d = a.dout + n * C;
+      float u = 0;
+#pragma omp simd reduction(+ : u)
+      for (int64_t c = 0; c < C; ++c) u += d[c] * p[c];
+      const float s = smear_gate(e, g, k);
+      f[size_t(n)] = lam * s;
+      dz[size_t(n)] = lam * u * s * (1.0f - s);
+      ps[0] += double(s) * u;
+      for (int c = 0; c < k; ++c) ps[1 + c] += double(dz[size_t(n)]) * e[c];
+    }
+  }
+  for (int64_t ch = 0; ch < nchunks; ++ch)
+    for (int j = 0; j <= k; ++j) a.dw[j] += float(part[size_t(ch * (1 + k) + j)]);
+  // Pass 2: the rows' gradients, each thread owning a slice of the columns (embedding_bwd's rule).
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t c0 = C * t / nt, c1 = C * (t + 1) / nt;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = a.dout + n * C;
+      float* de = a.dwte + int64_t(a.tok[n]) * C;
+      for (int64_t c = c0; c < c1; ++c) de[c] += d[c] + (c < k ? dz[size_t(n)] * g[c] : 0.0f);
+      if (a.prev[n] < 0) continue;
+      float* dp = a.dwte + int64_t(a.prev[n]) * C;
+      for (int64_t c = c0; c < c1; ++c) dp[c] += f[size_t(n)] * d[c];
+    }
+  }
+}
+
 // --- RMSNorm ----------------------------------------------------------------------------------------
 template <typename OutT>
 static void rmsnorm_fwd_t(const float* x, const float* g, OutT* y, float* rstd, int64_t rows,

@@ -18,6 +18,10 @@ namespace clm {
 // embedding_bwd (op_kernels.h): dwte[tok[n],:] += dout[n,:]  (parallel over columns, so no two
 // threads touch one element)
 
+// embed_smear_fwd / embed_smear_bwd (op_kernels.h): the token embedding with token smearing
+// (op_args.h EmbedSmearArgs). The backward's parameter sums run over fixed chunks of 256 positions
+// in double, added in chunk order; the table rows' gradient is scattered as in embedding_bwd.
+
 // --- RMSNorm over the last dimension -------------------------------------------------------------
 // y = x * rstd (* g when g != nullptr), rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,

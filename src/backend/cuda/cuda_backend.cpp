@@ -300,6 +300,11 @@ class CudaBackend final : public Backend {
     cuda::embedding_bwd(st_, tok, dout, dwte, N, C, scratch(cuda::embedding_bwd_scratch(N)));
     launched("embedding_bwd");
   }
+  void embed_smear_bwd(const EmbedSmearBwdArgs& a) override {
+    use();
+    cuda::embed_smear_bwd(st_, a, scratch(cuda::embed_smear_bwd_scratch(a.N, a.C, a.k)));
+    launched("embed_smear_bwd");
+  }
   void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
     use();
     cuda::rmsnorm_fwd(st_, a.x, a.g, a.y, a.out_t == DType::BF16, a.rstd, a.rows, a.C, a.eps);

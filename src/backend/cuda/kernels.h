@@ -31,6 +31,12 @@ size_t embedding_bwd_scratch(int64_t N);
 void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float* dwte, int64_t N,
                    int64_t C, void* scratch);
 
+// The token embedding with token smearing's backward (EmbedSmearBwdArgs): the rows' gradients
+// through embedding_bwd's sorted sums (wte[tok] rows first, then wte[prev] rows), the parameter
+// sums in position order in double.
+size_t embed_smear_bwd_scratch(int64_t N, int64_t C, int k);
+void embed_smear_bwd(cudaStream_t st, const EmbedSmearBwdArgs& a, void* scratch);
+
 // ---- RMSNorm -----------------------------------------------------------------------------------
 void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
                  int64_t rows, int64_t C, float eps);

@@ -130,6 +130,62 @@ int64_t sort_size(int64_t N) {
   return p;
 }
 
+// ---- token embedding with token smearing ----------------------------------------------------------
+// The gate of a token's row e, summed in the CPU's order (c = 0..k-1).
+__device__ __forceinline__ float smear_gate(const float* e, const float* g, int k) {
+  float z = 0;
+  for (int c = 0; c < k; ++c) z += g[c] * e[c];
+  return 1.0f / (1.0f + expf(-z));
+}
+
+// One block per position.
+__global__ void embed_smear_fwd_k(EmbedSmearArgs a) {
+  const int64_t n = blockIdx.x, C = a.C;
+  const float* e = a.wte + int64_t(a.tok[n]) * C;
+  float* o = a.out + n * C;
+  const int32_t pv = a.prev[n];
+  const float f = pv < 0 ? 0.0f : a.w[0] * smear_gate(e, a.w + 1, a.k);
+  const float* p = a.wte + int64_t(pv < 0 ? a.tok[n] : pv) * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = pv < 0 ? e[c] : e[c] + f * p[c];
+}
+
+// One block per position: the factor on the previous row f = lam s, dz (the gate logit's
+// gradient), the position's share of (d lam, d g) in double, and the two rows' gradients g1 (for
+// wte[tok]) and g2 (for wte[prev], zero without one); prev_or_tok names g2's table row.
+__global__ void embed_smear_bwd_rows_k(EmbedSmearBwdArgs a, double* part, float* g1, float* g2,
+                                       int32_t* prev_or_tok) {
+  __shared__ float sh[32];
+  const int64_t n = blockIdx.x, C = a.C;
+  const int k = a.k;
+  const int32_t pv = a.prev[n];
+  const float* e = a.wte + int64_t(a.tok[n]) * C;
+  const float* d = a.dout + n * C;
+  float u = 0;
+  if (pv >= 0) {
+    const float* p = a.wte + int64_t(pv) * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) u += d[c] * p[c];
+  }
+  u = block_sum(u, sh);
+  const float s = pv < 0 ? 0.0f : smear_gate(e, a.w + 1, k);
+  const float f = a.w[0] * s, dz = pv < 0 ? 0.0f : a.w[0] * u * s * (1.0f - s);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    g1[n * C + c] = d[c] + (c < k ? dz * a.w[1 + c] : 0.0f);
+    g2[n * C + c] = f * d[c];
+  }
+  for (int j = threadIdx.x; j <= k; j += blockDim.x)
+    part[n * (1 + k) + j] = j == 0 ? double(s) * u : double(dz) * e[j - 1];
+  if (threadIdx.x == 0) prev_or_tok[n] = pv < 0 ? a.tok[n] : pv;
+}
+
+// dw[j] += the positions' shares in position order, one thread per parameter.
+__global__ void embed_smear_dw_k(const double* part, int64_t N, int k, float* dw) {
+  for (int j = threadIdx.x; j <= k; j += blockDim.x) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n) acc += part[n * (1 + k) + j];
+    dw[j] += float(acc);
+  }
+}
+
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // One block per row: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd (* g).
 template <typename OutT>
@@ -568,6 +624,50 @@ void embedding_bwd(cudaStream_t st, const int32_t* tok, const float* dout, float
   }
   const unsigned gy = unsigned(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
   emb_bwd_runs_k<<<dim3(unsigned(N), gy), kThreads, 0, st>>>(keys, dout, dwte, N, C);
+}
+
+void embed_smear_fwd(cudaStream_t st, const EmbedSmearArgs& a) {
+  if (a.N == 0 || a.C == 0) return;
+  embed_smear_fwd_k<<<unsigned(a.N), kThreads, 0, st>>>(a);
+}
+
+// Scratch: the two gradient rows' buffers, the shares, g2's row indices, then embedding_bwd's sort.
+namespace {
+struct SmearScratch {
+  float *g1, *g2;
+  double* part;
+  int32_t* rows;
+  void* sort;
+};
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+SmearScratch carve_smear(void* base, int64_t N, int64_t C, int k) {
+  char* p = static_cast<char*>(base);
+  SmearScratch s{};
+  s.g1 = reinterpret_cast<float*>(p);
+  p += align256(size_t(N * C) * 4);
+  s.g2 = reinterpret_cast<float*>(p);
+  p += align256(size_t(N * C) * 4);
+  s.part = reinterpret_cast<double*>(p);
+  p += align256(size_t(N) * size_t(1 + k) * 8);
+  s.rows = reinterpret_cast<int32_t*>(p);
+  p += align256(size_t(N) * 4);
+  s.sort = p;
+  return s;
+}
+}  // namespace
+
+size_t embed_smear_bwd_scratch(int64_t N, int64_t C, int k) {
+  return 2 * align256(size_t(N * C) * 4) + align256(size_t(N) * size_t(1 + k) * 8) + align256(size_t(N) * 4) +
+         embedding_bwd_scratch(N);
+}
+
+void embed_smear_bwd(cudaStream_t st, const EmbedSmearBwdArgs& a, void* scratch) {
+  if (a.N == 0 || a.C == 0) return;
+  const SmearScratch s = carve_smear(scratch, a.N, a.C, a.k);
+  embed_smear_bwd_rows_k<<<unsigned(a.N), kThreads, 0, st>>>(a, s.part, s.g1, s.g2, s.rows);
+  embed_smear_dw_k<<<1, 32, 0, st>>>(s.part, a.N, a.k, a.dw);
+  embedding_bwd(st, a.tok, s.g1, a.dwte, a.N, a.C, s.sort);
+  embedding_bwd(st, s.rows, s.g2, a.dwte, a.N, a.C, s.sort);
 }
 
 void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
