@@ -562,6 +562,35 @@ TEST_P(BackendOps, RMSNorm) {
       }
 }
 
+TEST_P(BackendOps, RMSNormWithResidualAdd) {
+  // The fused residual add: sum = x + r bit for bit (one fp32 add), y and rstd those of the plain
+  // op on sum; sum written separately and in place over x.
+  Backend& b = be();
+  for (int64_t C : {int64_t(37), int64_t(256)})
+    for (DType ot : {DType::F32, DType::BF16})
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "C" << C << " " << dtype_name(ot) << (in_place ? " in place" : ""));
+        const int64_t rows = 33;
+        const float eps = 1e-6f;
+        VecF x = randn(rows * C, 61), r = randn(rows * C, 62), g = randn(C, 63, 0.5f);
+        for (auto& v : g) v += 1.0f;
+        VecF want_sum(x.size());
+        for (size_t i = 0; i < x.size(); ++i) want_sum[i] = x[i] + r[i];
+        Dev<float> xd(b, x), rd(b, r), gd(b, g);
+        Dev<float> sum = nan_out(b, rows * C), rstd = nan_out(b, rows);
+        float* sp = in_place ? xd.p() : sum.p();
+        VecF y = run_with_output(b, ot, rows * C, [&](void* out) {
+          b.rmsnorm_fwd({.rows = rows, .C = C, .eps = eps, .x = xd.p(), .g = gd.p(), .residual = rd.p(), .sum = sp,
+                         .y = out, .out_t = ot, .rstd = rstd.p()});
+        });
+        expect_same(in_place ? xd.get() : sum.get(), want_sum, "sum");
+        VecD gdd = to_d(g), rr;
+        VecD yr = rmsnorm_ref(to_d(want_sum), &gdd, rows, C, eps, &rr);
+        expect_close(y, yr, 1e-6, 2e-6 + (ot == DType::BF16 ? kBf16Rel : 0.0), "y");
+        expect_close(rstd.get(), rr, 0, 1e-6, "rstd");
+      }
+}
+
 // =================================================================================================
 // RoPE, head layouts, the fused qkv stage
 // =================================================================================================

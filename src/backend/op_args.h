@@ -13,12 +13,16 @@ namespace clm {
 struct NsSchedule;  // backend.h
 
 // RMSNorm over the last dimension of `rows` rows of C: y = x rstd (* g where g is given), written
-// in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
+// in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward. With `residual` the op is
+// fused with the residual add before it: the rows normalised are s = x + residual (an fp32 add),
+// written to `sum` (which may alias x or residual), so the stream is read once.
 struct RmsnormFwdArgs {
   int64_t rows = 0, C = 0;
   float eps = 0;
   const float* x = nullptr;
   const float* g = nullptr;  // may be null (no gain)
+  const float* residual = nullptr;  // may be null (no add)
+  float* sum = nullptr;             // with residual: x + residual (=)
   // outputs
   void* y = nullptr;
   DType out_t = DType::F32;

@@ -61,9 +61,10 @@ Cost embed_smear_bwd(const EmbedSmearBwdArgs& a) {
   const double e = double(a.N) * double(a.C);
   return {6.0 * e + 4.0 * double(a.N) * a.k, 32.0 * e};
 }
+// The fused residual add reads one more row and writes the sum.
 Cost rmsnorm_fwd(const RmsnormFwdArgs& a) {
-  const double e = double(a.rows) * double(a.C);
-  return {4.0 * e, (8.0 + esz(a.out_t)) * e};
+  const double e = double(a.rows) * double(a.C), add = a.residual ? 1.0 : 0.0;
+  return {(4.0 + add) * e, (8.0 + 8.0 * add + esz(a.out_t)) * e};
 }
 Cost rmsnorm_bwd(const RmsnormBwdArgs& a) {
   const double e = double(a.rows) * double(a.C);

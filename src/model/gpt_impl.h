@@ -135,11 +135,13 @@ struct GPTImpl {
     bf16_dirty = false;
   }
 
-  // RMSNorm of rows of width d straight into a matmul-input buffer.
-  void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N) {
+  // RMSNorm of rows of width d straight into a matmul-input buffer; with `residual`, of the rows
+  // x + residual, which are written to `sum` (the residual add fused into the norm's pass).
+  void norm_to_mm(const float* x, int64_t goff, float* dst, float* rstd, int64_t N, const float* residual = nullptr,
+                  float* sum = nullptr) {
     const float* g = goff >= 0 ? params_buf.as<float>() + goff : nullptr;
-    be->rmsnorm_fwd({.rows = N, .C = d, .eps = cfg.norm_eps, .x = x, .g = g, .y = dst, .out_t = mmt(),
-                     .rstd = rstd});
+    be->rmsnorm_fwd({.rows = N, .C = d, .eps = cfg.norm_eps, .x = x, .g = g, .residual = residual, .sum = sum,
+                     .y = dst, .out_t = mmt(), .rstd = rstd});
   }
   const float* pp(int64_t off) const { return off >= 0 ? params_buf.as<float>() + off : nullptr; }
   // x[N, d] += bigram_embed[row[n]] (rows computed on the host, copied to `row_d`), through `tmp`.

@@ -26,12 +26,8 @@ void GPTImpl::attn_out_mlp(const LayerOff& lo, LayerAct& a, float* xout, float* 
     be->linear_fwd(prec, a.att_mm, w(lo.wo), tmp, N, qw, d);
   }
   {
-    ProfRegion pr(prof, "residual", "fwd");
-    be->residual_fwd(a.x, tmp, a.mid, N * d);
-  }
-  {
-    ProfRegion pr(prof, "rmsnorm.mlp", "fwd");
-    norm_to_mm(a.mid, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N);
+    ProfRegion pr(prof, "residual.rmsnorm.mlp", "fwd");  // mid = x + attention's output, then its norm
+    norm_to_mm(a.x, lo.mlp_g, a.ln2_mm, a.ln2_rstd, N, tmp, a.mid);
   }
   {
     ProfRegion pr(prof, "matmul.mlp_in", "fwd");

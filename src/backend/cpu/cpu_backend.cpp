@@ -185,7 +185,12 @@ class CpuBackend final : public Backend {
   }
 
   void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
-    if (a.out_t == DType::BF16) clm::rmsnorm_fwd(a.x, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
+    const bool bf = a.out_t == DType::BF16;
+    if (a.residual && bf)
+      clm::residual_rmsnorm_fwd(a.x, a.residual, a.sum, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
+    else if (a.residual)
+      clm::residual_rmsnorm_fwd(a.x, a.residual, a.sum, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
+    else if (bf) clm::rmsnorm_fwd(a.x, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
     else clm::rmsnorm_fwd(a.x, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {

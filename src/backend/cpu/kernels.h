@@ -20,6 +20,12 @@
     int64_t rows, int64_t C, float eps), (x, g, y, rstd, rows, C, eps))                          \
   X(rmsnorm_fwd_bf16, rmsnorm_fwd, void, (const float* x, const float* g, bf16* y, float* rstd,  \
     int64_t rows, int64_t C, float eps), (x, g, y, rstd, rows, C, eps))                          \
+  X(residual_rmsnorm_fwd, residual_rmsnorm_fwd, void, (const float* x, const float* res,         \
+    float* sum, const float* g, float* y, float* rstd, int64_t rows, int64_t C, float eps), (x,  \
+    res, sum, g, y, rstd, rows, C, eps))                                                         \
+  X(residual_rmsnorm_fwd_bf16, residual_rmsnorm_fwd, void, (const float* x, const float* res,    \
+    float* sum, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C, float eps), (x,   \
+    res, sum, g, y, rstd, rows, C, eps))                                                         \
   X(linear_fwd, linear_fwd, void, (MatPrec prec, const void* x, const void* W, float* y,         \
     int64_t N, int64_t in, int64_t out), (prec, x, W, y, N, in, out))                            \
   X(linear_bwd_input, linear_bwd_input, void, (MatPrec prec, const void* dy, const void* W,      \

@@ -126,16 +126,29 @@ void embed_smear_bwd(const EmbedSmearBwdArgs& a) {
 }
 
 // --- RMSNorm ----------------------------------------------------------------------------------------
+// With `res`, the rows normalised are x + res, stored to `sum` first (the residual add fused in).
 template <typename OutT>
-static void rmsnorm_fwd_t(const float* x, const float* g, OutT* y, float* rstd, int64_t rows,
-                          int64_t C, float eps) {
+static void rmsnorm_fwd_t(const float* x, const float* res, float* sum, const float* g, OutT* y, float* rstd,
+                          int64_t rows, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * C;
     OutT* yr = y + r * C;
     float ss = 0;
+    if (res) {
+      const float* rr = res + r * C;
+      float* sr = sum + r * C;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
+      for (int64_t c = 0; c < C; ++c) {
+        const float v = xr[c] + rr[c];
+        sr[c] = v;
+        ss += v * v;
+      }
+      xr = sr;
+    } else {
+#pragma omp simd reduction(+ : ss)
+      for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
+    }
     float s = 1.0f / std::sqrt(ss / float(C) + eps);
     if (rstd) rstd[r] = s;
     if (g) {
@@ -150,11 +163,19 @@ static void rmsnorm_fwd_t(const float* x, const float* g, OutT* y, float* rstd, 
 
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
                  float eps) {
-  rmsnorm_fwd_t(x, g, y, rstd, rows, C, eps);
+  rmsnorm_fwd_t(x, nullptr, nullptr, g, y, rstd, rows, C, eps);
 }
 void rmsnorm_fwd(const float* x, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C,
                  float eps) {
-  rmsnorm_fwd_t(x, g, y, rstd, rows, C, eps);
+  rmsnorm_fwd_t(x, nullptr, nullptr, g, y, rstd, rows, C, eps);
+}
+void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const float* g, float* y, float* rstd,
+                          int64_t rows, int64_t C, float eps) {
+  rmsnorm_fwd_t(x, res, sum, g, y, rstd, rows, C, eps);
+}
+void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const float* g, bf16* y, float* rstd,
+                          int64_t rows, int64_t C, float eps) {
+  rmsnorm_fwd_t(x, res, sum, g, y, rstd, rows, C, eps);
 }
 
 // sum_i dy_i g_i x_i (g may be null: 1): the row term of the RMSNorm backward, shared with the fused

@@ -26,6 +26,10 @@ namespace clm {
 // y = x * rstd (* g when g != nullptr), rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward.
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
                  float eps);
+// The same over the rows x + res, written to sum first (the residual add fused in; sum may alias x
+// or res).
+void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const float* g, float* y, float* rstd,
+                          int64_t rows, int64_t C, float eps);
 // rmsnorm_bwd (op_kernels.h): dx += d/dx  (accumulates: the residual stream also carries a
 // gradient); dg += d/dg if g.
 
@@ -96,6 +100,8 @@ void qkv_heads_bwd(const float* dq, const float* dk, const float* dv, const floa
                    bool qk_norm, const float* cos_t, const float* sin_t, OutT* dqkv);
 
 // Variants that write their output straight into a bf16 matmul input (saves a pass over memory).
+void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const float* g, bf16* y, float* rstd,
+                          int64_t rows, int64_t C, float eps);
 void rmsnorm_fwd(const float* x, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C,
                  float eps);
 void merge_heads(const float* y, bf16* x, int64_t ld, int B, int T, int nh, int hd);

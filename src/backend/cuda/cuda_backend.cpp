@@ -307,7 +307,7 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
     use();
-    cuda::rmsnorm_fwd(st_, a.x, a.g, a.y, a.out_t == DType::BF16, a.rstd, a.rows, a.C, a.eps);
+    cuda::rmsnorm_fwd(st_, a.x, a.residual, a.sum, a.g, a.y, a.out_t == DType::BF16, a.rstd, a.rows, a.C, a.eps);
     launched("rmsnorm_fwd");
   }
   void rmsnorm_bwd(const RmsnormBwdArgs& a) override {

@@ -38,8 +38,9 @@ size_t embed_smear_bwd_scratch(int64_t N, int64_t C, int k);
 void embed_smear_bwd(cudaStream_t st, const EmbedSmearBwdArgs& a, void* scratch);
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
-void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
-                 int64_t rows, int64_t C, float eps);
+// With res (may be null) the rows are x + res, written to sum first (the residual add fused in).
+void rmsnorm_fwd(cudaStream_t st, const float* x, const float* res, float* sum, const float* g, void* y, bool y_bf16,
+                 float* rstd, int64_t rows, int64_t C, float eps);
 size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C);
 void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* rstd,
                  const float* dy, float* dx, float* dg, int64_t rows, int64_t C, void* scratch);

@@ -189,14 +189,24 @@ __global__ void embed_smear_dw_k(const double* part, int64_t N, int k, float* dw
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // One block per row: rstd = 1/sqrt(mean(x^2) + eps), y = x * rstd (* g).
 template <typename OutT>
-__global__ void rmsnorm_fwd_k(const float* x, const float* g, OutT* y, float* rstd, int64_t C,
-                              float eps) {
+// With res, the row is x + res, stored to sum first by the thread that later reads it back.
+__global__ void rmsnorm_fwd_k(const float* x, const float* res, float* sum, const float* g, OutT* y, float* rstd,
+                              int64_t C, float eps) {
   __shared__ float sh[32];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * C;
   OutT* yr = y + r * C;
   float ss = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += xr[c] * xr[c];
+  if (res) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = xr[c] + res[r * C + c];
+      sum[r * C + c] = v;
+      ss += v * v;
+    }
+    xr = sum + r * C;
+  } else {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss += xr[c] * xr[c];
+  }
   ss = block_sum(ss, sh);
   const float s = 1.0f / sqrtf(ss / float(C) + eps);
   if (rstd && threadIdx.x == 0) rstd[r] = s;
@@ -670,14 +680,13 @@ void embed_smear_bwd(cudaStream_t st, const EmbedSmearBwdArgs& a, void* scratch)
   embedding_bwd(st, s.rows, s.g2, a.dwte, a.N, a.C, s.sort);
 }
 
-void rmsnorm_fwd(cudaStream_t st, const float* x, const float* g, void* y, bool y_bf16, float* rstd,
-                 int64_t rows, int64_t C, float eps) {
+void rmsnorm_fwd(cudaStream_t st, const float* x, const float* res, float* sum, const float* g, void* y, bool y_bf16,
+                 float* rstd, int64_t rows, int64_t C, float eps) {
   if (rows == 0) return;
   if (y_bf16)
-    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<uint16_t*>(y), rstd, C,
-                                                       eps);
+    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, res, sum, g, static_cast<uint16_t*>(y), rstd, C, eps);
   else
-    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, g, static_cast<float*>(y), rstd, C, eps);
+    rmsnorm_fwd_k<<<unsigned(rows), kThreads, 0, st>>>(x, res, sum, g, static_cast<float*>(y), rstd, C, eps);
 }
 
 size_t rmsnorm_bwd_scratch(int64_t rows, int64_t C) {
