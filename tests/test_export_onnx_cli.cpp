@@ -33,10 +33,11 @@ TEST(OnnxExportCli, TrainedRunGreedyAndLogitsMatchClocklm) {
   const std::string run = (dir / "run").string(), out = (dir / "onnx").string();
   std::string text;
   // fp32 matmuls, so sampling and ONNX Runtime compute the same function; a few options on so the
-  // trained weights reach the bigram hash, value embeddings, the window and the skips.
+  // trained weights reach the bigram hash, value embeddings, the window, the skips and smearing.
   ASSERT_EQ(run_clocklm("train --config d4" + exp_test::tiny_model_args() +
                             " --set model.matmul_precision=fp32 --set model.bigram_buckets=31"
                             " --set model.value_embeds=1 --set model.attn_window=8 --set model.x0_skips=true"
+                            " --set model.smear=true"
                             " --budget 3s --device cpu --data " + data + " --out " + run,
                         &text),
             0)

@@ -113,12 +113,12 @@ class GptGraph {
 
   // The generation variant's extra inputs: each layer's past keys (after qk-norm and RoPE) and
   // values [batch, Hkv, past, hd], whose length gives the new tokens' first position, and with a
-  // bigram table the token before input_ids[:, 0] (read only when past > 0).
+  // bigram table or token smearing the token before input_ids[:, 0] (read only when past > 0).
   void past_inputs() {
     for (int l = 0; l < c_.n_layer; ++l)
       for (const char* kv : {"key", "value"})
         g_.input(fmt::format("past.{}.{}", l, kv), OnnxType::Float, {{0, "batch"}, {c_.n_kv_head, ""}, {0, "past"}, {hd_, ""}});
-    if (c_.bigram_buckets > 0) g_.input("prev_ids", OnnxType::Int64, {{0, "batch"}, {1, ""}});
+    if (c_.bigram_buckets > 0 || c_.smear) g_.input("prev_ids", OnnxType::Int64, {{0, "batch"}, {1, ""}});
     past_len_ = g_.op("Gather", {g_.op("Shape", {std::string("past.0.key")}), g_.i64(2)});
   }
 
@@ -146,8 +146,34 @@ class GptGraph {
   std::string embed() {
     std::string x = g_.op("Gather", {vocab_rows("wte"), ids_});
     wte_ = "wte";
+    if (c_.smear) x = smear(x);
     if (c_.bigram_buckets > 0) x = g_.op("Add", {x, g_.op("Gather", {plain("bigram_embed"), bigram_rows()})});
     return x;
+  }
+
+  // The token before each position [batch, seq]: prev_ids before the first one (the first token
+  // itself without a past, where position 0 reads none).
+  std::string prev_tokens() {
+    const std::string first =
+        past_ ? std::string("prev_ids") : g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({1}), g_.i64s({1})});
+    const std::string rest = g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({-1}), g_.i64s({1})});
+    return g_.op("Concat", {first, rest}, {A::make_int("axis", 1)});
+  }
+
+  // Token smearing (model.smear) of the embedding rows e [batch, seq, d]: e + lam sigmoid(e[:k] g)
+  // wte[prev], at positions > 0.
+  std::string smear(const std::string& e) {
+    const SafeTensor& s = param("smear");
+    const int k = c_.smear_gate_width();
+    if (s.data.size() != size_t(1 + k)) fail("ONNX export: smear holds {} values, not {}", s.data.size(), 1 + k);
+    const std::string g = g_.init_f32("smear.gate", {k, 1}, s.data.data() + 1);
+    const std::string first_k = g_.op("Slice", {e, g_.i64s({0}), g_.i64s({k}), g_.i64s({2})});
+    const std::string f = g_.op("Mul", {g_.op("Sigmoid", {g_.op("MatMul", {first_k, g})}), g_.f32(s.data[0])});
+    const std::string has_prev = g_.op(
+        "Unsqueeze", {g_.op("Cast", {g_.op("Greater", {pos_, g_.i64(0)})}, {A::make_int("to", int64_t(OnnxType::Float))}),
+                      g_.i64s({1})});
+    const std::string p = g_.op("Mul", {g_.op("Gather", {wte_, prev_tokens()}), has_prev});
+    return g_.op("Add", {e, g_.op("Mul", {f, p})});
   }
 
   // ---- the bigram hash (model/gpt.cpp bigram_row) on int64 ----
@@ -180,10 +206,7 @@ class GptGraph {
   // position 0. Int64 Mul wraps around as the model's uint64 multiply does.
   std::string bigram_rows() {
     const int64_t K = c_.bigram_buckets;
-    const std::string first =
-        past_ ? std::string("prev_ids") : g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({1}), g_.i64s({1})});
-    const std::string rest = g_.op("Slice", {ids_, g_.i64s({0}), g_.i64s({-1}), g_.i64s({1})});
-    const std::string prev = g_.op("Concat", {first, rest}, {A::make_int("axis", 1)});
+    const std::string prev = prev_tokens();
     std::string x = g_.op("Add", {g_.op("Mul", {prev, g_.i64(int64_t(1) << 32)}), ids_});
     x = xorshift33(x);
     x = g_.op("Mul", {x, g_.i64(int64_t(0xff51afd7ed558ccdULL))});
@@ -301,7 +324,6 @@ std::string onnx_model_bytes(const ModelConfig& c, const std::vector<SafeTensor>
                              bool with_past) {
   const int P = max_positions > 0 ? max_positions : c.seq_len;
   if (P <= 0) fail("ONNX export: the maximum row length must be positive, got {}", P);
-  if (c.smear) fail("ONNX export: token smearing (model.smear) has no ONNX graph yet (export it with --format safetensors)");
   int64_t floats = int64_t(P) * c.head_dim;  // the RoPE tables
   for (const SafeTensor& t : params) floats += int64_t(t.data.size());
   const int64_t bytes = 4 * floats;
