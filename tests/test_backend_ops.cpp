@@ -741,6 +741,44 @@ static QkvRef qkv_ref(const VecD& qkv, const VecD* qg, const VecD* kg, const Qkv
   return r;
 }
 
+TEST_P(BackendOps, QkvHeadsAddsValueEmbeddingRows) {
+  // With a value embedding table, v = the split v columns + the row of each position's token
+  // (one fp32 add: bit for bit), q and k unchanged.
+  Backend& b = be();
+  const QkvShape s{2, 9, 4, 2, 16};
+  const int64_t N = int64_t(s.B) * s.T, ld = int64_t(s.H + 2 * s.Hkv) * s.hd, kvw = int64_t(s.Hkv) * s.hd;
+  const size_t nq = size_t(N) * s.H * s.hd, nk = size_t(N) * kvw;
+  const int V = 11;
+  VecF qkv = randn(N * ld, 121), ve = randn(V * kvw, 122);
+  VecI tok(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) tok[size_t(n)] = int32_t((n * 7 + 3) % V);
+  Dev<float> cs = nan_out(b, size_t(s.T) * s.hd / 2), sn = nan_out(b, size_t(s.T) * s.hd / 2);
+  b.rope_tables(cs.p(), sn.p(), s.T, s.hd, 10000.0f);
+  Dev<float> xd(b, qkv), ved(b, ve);
+  Dev<int32_t> td(b, tok);
+  const HeadShape hs{.B = s.B, .H = s.H, .Hkv = s.Hkv, .hd = s.hd};
+  auto run = [&](bool with_ve) {
+    Dev<float> q = nan_out(b, nq), k = nan_out(b, nk), v = nan_out(b, nk), qraw = nan_out(b, nq),
+               kraw = nan_out(b, nk), qr = nan_out(b, N * s.H), kr = nan_out(b, N * s.Hkv);
+    b.qkv_heads_fwd({.shape = hs, .T = s.T, .norm = {.on = true, .eps = 1e-6f}, .rope = {.cos_t = cs.p(), .sin_t = sn.p()},
+                     .qkv = xd.p(), .ve = with_ve ? ved.p() : nullptr, .tok = with_ve ? td.p() : nullptr,
+                     .qraw = qraw.p(), .kraw = kraw.p(), .q_rstd = qr.p(), .k_rstd = kr.p(), .q = q.p(), .k = k.p(),
+                     .v = v.p()});
+    return std::vector<VecF>{q.get(), k.get(), v.get()};
+  };
+  const auto plain = run(false), with = run(true);
+  expect_same(with[0], plain[0], "q");
+  expect_same(with[1], plain[1], "k");
+  VecF want = plain[2];
+  for (int64_t n = 0; n < N; ++n)
+    for (int h = 0; h < s.Hkv; ++h)
+      for (int d = 0; d < s.hd; ++d) {
+        const size_t at = ((size_t(n / s.T) * s.Hkv + h) * s.T + size_t(n % s.T)) * s.hd + d;
+        want[at] += ve[size_t(tok[size_t(n)]) * kvw + h * s.hd + d];
+      }
+  expect_same(with[2], want, "v");
+}
+
 TEST_P(BackendOps, QkvHeads) {
   // Forward: fp32 norm + rotation of O(1) values, a few ulp: q, k within 2e-6, rstd within 1e-6;
   // v and the saved pre-norm heads are copies. Backward: dqkv (plus bf16 rounding when it is

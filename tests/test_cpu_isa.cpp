@@ -444,7 +444,7 @@ TEST(CpuIsa, QkvHeadsForwardBackwardMatchGeneric) {
             [&] {
               VecF qraw(dq.size()), kraw(dk.size()), qr(size_t(B) * H * T), kr(size_t(B) * Hkv * T);
               VecF q(dq.size()), k(dk.size()), v(dk.size());
-              qkv_heads_fwd(qkv.data(), B, T, H, Hkv, hd, qk_norm, qg.data(), kg.data(), 1e-5f,
+              qkv_heads_fwd(qkv.data(), nullptr, nullptr, B, T, H, Hkv, hd, qk_norm, qg.data(), kg.data(), 1e-5f,
                             cos_t.data(), sin_t.data(), qraw.data(), kraw.data(), qr.data(),
                             kr.data(), q.data(), k.data(), v.data());
               VecF dqg(hd, 0.0f), dkg(hd, 0.0f);

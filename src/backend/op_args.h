@@ -78,13 +78,17 @@ struct RopeTables {
 };
 
 // The fused attention input stage: qkv [B*T, (H+2Hkv)*hd] to q [B,H,T,hd], k, v [B,Hkv,T,hd],
-// with qk-norm (whose pre-norm heads and rstd are saved for backward) and RoPE.
+// with qk-norm (whose pre-norm heads and rstd are saved for backward) and RoPE; with a value
+// embedding table `ve` [V, Hkv*hd], v also gets the row of each position's token (tok [B*T]) added
+// in the same pass.
 struct QkvHeadsFwdArgs {
   HeadShape shape;
   int T = 0;
   QkNorm norm;
   RopeTables rope;
   const float* qkv = nullptr;
+  const float* ve = nullptr;       // may be null (no value embedding)
+  const int32_t* tok = nullptr;    // with ve
   // saved for backward (written only with norm.on)
   float* qraw = nullptr;
   float* kraw = nullptr;

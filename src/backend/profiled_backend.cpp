@@ -74,10 +74,11 @@ Cost rope_tables(float*, float*, int T, int hd, float) { return per_elem(double(
 Cost rope_fwd(float*, int64_t rows, int, int hd, const float*, const float*, int) {
   return per_elem(double(rows) * hd, 3, 12);
 }
+// With a value embedding, one more row of kvw read per position and an add.
 Cost qkv_heads_fwd(const QkvHeadsFwdArgs& a) {
   const HeadShape& s = a.shape;
-  const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd;
-  return {10.0 * N * (qw + kvw), 4.0 * N * (2.0 * (qw + 2.0 * kvw) + qw + kvw)};
+  const double N = double(s.B) * a.T, qw = double(s.H) * s.hd, kvw = double(s.Hkv) * s.hd, ve = a.ve ? 1.0 : 0.0;
+  return {10.0 * N * (qw + kvw) + ve * N * kvw, 4.0 * N * (2.0 * (qw + 2.0 * kvw) + qw + kvw + ve * kvw)};
 }
 Cost qkv_heads_bwd(const QkvHeadsBwdArgs& a) {
   const HeadShape& s = a.shape;

@@ -62,26 +62,19 @@ void GPTImpl::block_cached(int l, int64_t N, const std::vector<KVSegment>& segs,
   attn_in(lo, a, inf.qkv, N);
   {
     ProfRegion pr(prof, "attention.cached", "fwd");
-    // Value embedding rows of all N tokens in tmp (free until the output projection), each segment's
-    // in heads layout after them.
-    if (lo.ve >= 0) be->embedding_fwd(inf.tok, params_buf.as<float>() + lo.ve, tmp, N, kvw);
     for (const KVSegment& sg : segs) {
-      // The fused head stage on the segment's rows, with RoPE tables shifted to its first position.
+      // The fused head stage on the segment's rows (value embedding rows added to v), with RoPE
+      // tables shifted to its first position.
       const int64_t rope_off = int64_t(sg.pos0) * (hd / 2);
       be->qkv_heads_fwd({.shape = {.B = 1, .H = H, .Hkv = Hkv, .hd = hd}, .T = sg.n,
                          .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = cfg.norm_eps},
                          .rope = {.cos_t = inf.cos_t + rope_off, .sin_t = inf.sin_t + rope_off},
-                         .qkv = inf.qkv + sg.off * qkvw,
+                         .qkv = inf.qkv + sg.off * qkvw, .ve = pp(lo.ve), .tok = inf.tok + sg.off,
                          .qraw = a.qraw ? a.qraw + sg.off * qw : nullptr,
                          .kraw = a.kraw ? a.kraw + sg.off * kvw : nullptr,
                          .q_rstd = a.q_rstd ? a.q_rstd + sg.off * H : nullptr,
                          .k_rstd = a.k_rstd ? a.k_rstd + sg.off * Hkv : nullptr, .q = a.q + sg.off * qw,
                          .k = a.k + sg.off * kvw, .v = a.v + sg.off * kvw});
-      if (lo.ve >= 0) {
-        be->split_heads({.B = 1, .T = sg.n, .nh = Hkv, .hd = hd, .ld = kvw, .x = tmp + sg.off * kvw,
-                         .y = tmp + N * kvw});
-        be->axpy(a.v + sg.off * kvw, 1.0f, tmp + N * kvw, int64_t(sg.n) * kvw);
-      }
       for (int hh = 0; hh < Hkv; ++hh) {  // keys/values into the cache area at [pos0, pos0 + n)
         const int64_t from = sg.off * kvw + int64_t(hh) * sg.n * hd;
         const int64_t to = sg.cache + (int64_t(hh) * sg.ldT + sg.pos0) * hd;

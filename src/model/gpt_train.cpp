@@ -55,17 +55,12 @@ void GPTImpl::block_fwd(int l) {
   }
   attn_in(lo, a, qkv, N);
   {
-    ProfRegion pr(prof, "qk_norm.rope", "fwd");
+    ProfRegion pr(prof, "qk_norm.rope", "fwd");  // and the value embedding's rows added to v
     be->qkv_heads_fwd({.shape = {.B = B, .H = H, .Hkv = Hkv, .hd = hd}, .T = T,
                        .norm = {.on = cfg.qk_norm, .qg = pp(lo.qn_g), .kg = pp(lo.kn_g), .eps = cfg.norm_eps},
-                       .rope = {.cos_t = cos_t, .sin_t = sin_t}, .qkv = qkv, .qraw = a.qraw, .kraw = a.kraw,
-                       .q_rstd = a.q_rstd, .k_rstd = a.k_rstd, .q = a.q, .k = a.k, .v = a.v});
-  }
-  if (lo.ve >= 0) {  // qkv is free now: the embedding rows, then their heads layout
-    ProfRegion pr(prof, "value_embed", "fwd");
-    be->embedding_fwd(tok_d, params_buf.as<float>() + lo.ve, qkv, N, kvw);
-    be->split_heads({.B = B, .T = T, .nh = Hkv, .hd = hd, .ld = kvw, .x = qkv, .y = qkv + N * kvw});
-    be->axpy(a.v, 1.0f, qkv + N * kvw, N * kvw);
+                       .rope = {.cos_t = cos_t, .sin_t = sin_t}, .qkv = qkv, .ve = pp(lo.ve), .tok = tok_d,
+                       .qraw = a.qraw, .kraw = a.kraw, .q_rstd = a.q_rstd, .k_rstd = a.k_rstd, .q = a.q, .k = a.k,
+                       .v = a.v});
   }
   {
     ProfRegion pr(prof, "attention", "fwd");

@@ -195,7 +195,7 @@ class CpuBackend final : public Backend {
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     const HeadShape& s = a.shape;
-    clm::qkv_heads_fwd(a.qkv, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg, a.norm.eps,
+    clm::qkv_heads_fwd(a.qkv, a.ve, a.tok, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg, a.norm.eps,
                        a.rope.cos_t, a.rope.sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd, a.q, a.k, a.v);
   }
   void qkv_heads_bwd(const QkvHeadsBwdArgs& a) override {

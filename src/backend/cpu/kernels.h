@@ -46,11 +46,11 @@
     int hd), (y, x, ld, B, T, nh, hd))                                                           \
   X(merge_heads_bf16, merge_heads, void, (const float* y, bf16* x, int64_t ld, int B, int T,     \
     int nh, int hd), (y, x, ld, B, T, nh, hd))                                                   \
-  X(qkv_heads_fwd, qkv_heads_fwd, void, (const float* qkv, int B, int T, int H, int Hkv, int hd, \
-    bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,               \
-    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd, float* q,        \
-    float* k, float* v), (qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t, qraw, kraw, \
-    q_rstd, k_rstd, q, k, v))                                                                    \
+  X(qkv_heads_fwd, qkv_heads_fwd, void, (const float* qkv, const float* ve, const int32_t* tok,  \
+    int B, int T, int H, int Hkv, int hd, bool qk_norm, const float* qg, const float* kg,        \
+    float eps, const float* cos_t, const float* sin_t, float* qraw, float* kraw, float* q_rstd,  \
+    float* k_rstd, float* q, float* k, float* v), (qkv, ve, tok, B, T, H, Hkv, hd, qk_norm, qg,  \
+    kg, eps, cos_t, sin_t, qraw, kraw, q_rstd, k_rstd, q, k, v))                                 \
   X(relu2_fwd, relu2_fwd, void, (const float* x, float* y, int64_t n), (x, y, n))                \
   X(relu2_bwd, relu2_bwd, void, (const float* x, const float* dy, float* dx, int64_t n), (x, dy, \
     dx, n))                                                                                      \

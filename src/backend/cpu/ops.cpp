@@ -315,8 +315,8 @@ void merge_heads(const float* y, bf16* x, int64_t ld, int B, int T, int nh, int 
 }
 
 // --- fused qkv head stage ------------------------------------------------------------------------
-void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
-                   const float* qg, const float* kg, float eps, const float* cos_t,
+void qkv_heads_fwd(const float* qkv, const float* ve, const int32_t* tok, int B, int T, int H, int Hkv, int hd,
+                   bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
                    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
                    float* q, float* k, float* v) {
   const int64_t ld = int64_t(H + 2 * Hkv) * hd;
@@ -355,9 +355,17 @@ void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool 
         dst[i + h2] = a * sn[i] + c * cs[i];
       }
     }
-    for (int h = 0; h < Hkv; ++h)
-      std::memcpy(v + ((b * Hkv + h) * T + t) * hd, row + int64_t(H + Hkv + h) * hd,
-                  sizeof(float) * hd);
+    for (int h = 0; h < Hkv; ++h) {
+      float* dst = v + ((b * Hkv + h) * T + t) * hd;
+      const float* src = row + int64_t(H + Hkv + h) * hd;
+      if (!ve) {
+        std::memcpy(dst, src, sizeof(float) * hd);
+        continue;
+      }
+      const float* e = ve + (int64_t(tok[n]) * Hkv + h) * hd;
+#pragma omp simd
+      for (int d = 0; d < hd; ++d) dst[d] = src[d] + e[d];
+    }
   }
 }
 

@@ -87,7 +87,7 @@ void merge_heads(const float* y, float* x, int64_t ld, int B, int T, int nh, int
 // null), RoPE at positions 0..T-1. Writes q [B,H,T,hd], k, v [B,Hkv,T,hd]; with qk_norm also the
 // pre-norm heads qraw/kraw and their rstd ([B*H*T], [B*Hkv*T]) for backward.
 // Equivalent to split_heads + rmsnorm_fwd + rope_fwd (tested against them).
-void qkv_heads_fwd(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+void qkv_heads_fwd(const float* qkv, const float* ve, const int32_t* tok, int B, int T, int H, int Hkv, int hd, bool qk_norm,
                    const float* qg, const float* kg, float eps, const float* cos_t,
                    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
                    float* q, float* k, float* v);

@@ -333,7 +333,7 @@ class CudaBackend final : public Backend {
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     use();
     const HeadShape& s = a.shape;
-    cuda::qkv_heads_fwd(st_, a.qkv, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg,
+    cuda::qkv_heads_fwd(st_, a.qkv, a.ve, a.tok, s.B, a.T, s.H, s.Hkv, s.hd, a.norm.on, a.norm.qg, a.norm.kg,
                         a.norm.eps, a.rope.cos_t, a.rope.sin_t, a.qraw, a.kraw, a.q_rstd, a.k_rstd,
                         a.q, a.k, a.v);
     launched("qkv_heads_fwd");

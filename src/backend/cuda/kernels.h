@@ -46,7 +46,8 @@ void rmsnorm_bwd(cudaStream_t st, const float* x, const float* g, const float* r
                  const float* dy, float* dx, float* dg, int64_t rows, int64_t C, void* scratch);
 
 // ---- RoPE, heads -------------------------------------------------------------------------------
-void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int Hkv, int hd,
+void qkv_heads_fwd(cudaStream_t st, const float* qkv, const float* ve, const int32_t* tok, int B, int T, int H,
+                   int Hkv, int hd,
                    bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
                    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
                    float* q, float* k, float* v);

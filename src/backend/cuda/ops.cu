@@ -265,7 +265,8 @@ __global__ void rope_k(float* x, int64_t rows, int T, int hd, const float* cos_t
 // ---- fused qkv head stage -----------------------------------------------------------------------
 // One warp per (token row n, head column block j): j < H are q heads, then Hkv k heads, then Hkv v
 // heads (copied). The warp index is the same for all 32 lanes, so whole warps exit together.
-__global__ void qkv_fwd_k(const float* qkv, int B, int T, int H, int Hkv, int hd, bool qk_norm,
+__global__ void qkv_fwd_k(const float* qkv, const float* ve, const int32_t* tok, int B, int T, int H, int Hkv,
+                          int hd, bool qk_norm,
                           const float* qg, const float* kg, float eps, const float* cos_t,
                           const float* sin_t, float* qraw, float* kraw, float* q_rstd,
                           float* k_rstd, float* q, float* k, float* v) {
@@ -280,7 +281,8 @@ __global__ void qkv_fwd_k(const float* qkv, int B, int T, int H, int Hkv, int hd
   if (j >= H + Hkv) {
     const int h = j - H - Hkv;
     float* dst = v + ((b * Hkv + h) * T + t) * hd;
-    for (int d = lane; d < hd; d += 32) dst[d] = src[d];
+    const float* e = ve ? ve + (int64_t(tok[n]) * Hkv + h) * hd : nullptr;
+    for (int d = lane; d < hd; d += 32) dst[d] = e ? src[d] + e[d] : src[d];
     return;
   }
   const bool isq = j < H;
@@ -708,14 +710,14 @@ void rope_fwd(cudaStream_t st, float* x, int64_t rows, int T, int hd, const floa
   rope_k<<<grid_for(rows * (hd / 2)), kThreads, 0, st>>>(x, rows, T, hd, cos_t, sin_t, pos0);
 }
 
-void qkv_heads_fwd(cudaStream_t st, const float* qkv, int B, int T, int H, int Hkv, int hd,
-                   bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
+void qkv_heads_fwd(cudaStream_t st, const float* qkv, const float* ve, const int32_t* tok, int B, int T, int H,
+                   int Hkv, int hd, bool qk_norm, const float* qg, const float* kg, float eps, const float* cos_t,
                    const float* sin_t, float* qraw, float* kraw, float* q_rstd, float* k_rstd,
                    float* q, float* k, float* v) {
   const int64_t warps = int64_t(B) * T * (H + 2 * Hkv);
   if (warps == 0) return;
   const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
-  qkv_fwd_k<<<blocks, kThreads, 0, st>>>(qkv, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t,
+  qkv_fwd_k<<<blocks, kThreads, 0, st>>>(qkv, ve, tok, B, T, H, Hkv, hd, qk_norm, qg, kg, eps, cos_t, sin_t,
                                          qraw, kraw, q_rstd, k_rstd, q, k, v);
 }
 
