@@ -355,6 +355,13 @@ TEST_P(BackendOps, Gemm) {
         }
 }
 
+TEST_P(BackendOps, GemmTallNarrowTransposedA) {
+  // The LM head's weight-gradient shape, C[V, d] (+)= A^T B, which the CPU computes as the transpose
+  // of B^T A where that is faster (matmul.cpp): the same products either way.
+  for (MatPrec p : {MatPrec::F32, MatPrec::BF16})
+    for (bool acc : {false, true}) gemm_case(be(), p, true, false, 2112, 40, 67, acc);
+}
+
 TEST_P(BackendOps, GemmBf16RoundsItsInputs) {
   // bf16 precision really multiplies bf16 values: against the unrounded fp32 inputs its relative
   // error is that of 8-bit inputs (~2^-9 per product, averaging down over K), far above fp32's.
