@@ -185,13 +185,11 @@ class CpuBackend final : public Backend {
   }
 
   void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
-    const bool bf = a.out_t == DType::BF16;
-    if (a.residual && bf)
+    // residual_rmsnorm_fwd is the plain norm where residual is null
+    if (a.out_t == DType::BF16)
       clm::residual_rmsnorm_fwd(a.x, a.residual, a.sum, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
-    else if (a.residual)
+    else
       clm::residual_rmsnorm_fwd(a.x, a.residual, a.sum, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
-    else if (bf) clm::rmsnorm_fwd(a.x, a.g, static_cast<bf16*>(a.y), a.rstd, a.rows, a.C, a.eps);
-    else clm::rmsnorm_fwd(a.x, a.g, static_cast<float*>(a.y), a.rstd, a.rows, a.C, a.eps);
   }
   void qkv_heads_fwd(const QkvHeadsFwdArgs& a) override {
     const HeadShape& s = a.shape;

@@ -27,7 +27,7 @@ namespace clm {
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t C,
                  float eps);
 // The same over the rows x + res, written to sum first (the residual add fused in; sum may alias x
-// or res).
+// or res); res null: rmsnorm_fwd.
 void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const float* g, float* y, float* rstd,
                           int64_t rows, int64_t C, float eps);
 // rmsnorm_bwd (op_kernels.h): dx += d/dx  (accumulates: the residual stream also carries a

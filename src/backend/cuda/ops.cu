@@ -651,26 +651,30 @@ struct SmearScratch {
   int32_t* rows;
   void* sort;
 };
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+// Byte offsets of the parts from the scratch's start, each 256-aligned; `sort` is also the size of
+// what comes before embedding_bwd's scratch.
+struct SmearOffsets {
+  size_t g1, g2, part, rows, sort;
+};
+SmearOffsets smear_offsets(int64_t N, int64_t C, int k) {
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  SmearOffsets o{};
+  o.g2 = o.g1 + up(size_t(N * C) * 4);
+  o.part = o.g2 + up(size_t(N * C) * 4);
+  o.rows = o.part + up(size_t(N) * size_t(1 + k) * 8);
+  o.sort = o.rows + up(size_t(N) * 4);
+  return o;
+}
 SmearScratch carve_smear(void* base, int64_t N, int64_t C, int k) {
   char* p = static_cast<char*>(base);
-  SmearScratch s{};
-  s.g1 = reinterpret_cast<float*>(p);
-  p += align256(size_t(N * C) * 4);
-  s.g2 = reinterpret_cast<float*>(p);
-  p += align256(size_t(N * C) * 4);
-  s.part = reinterpret_cast<double*>(p);
-  p += align256(size_t(N) * size_t(1 + k) * 8);
-  s.rows = reinterpret_cast<int32_t*>(p);
-  p += align256(size_t(N) * 4);
-  s.sort = p;
-  return s;
+  const SmearOffsets o = smear_offsets(N, C, k);
+  return {reinterpret_cast<float*>(p + o.g1), reinterpret_cast<float*>(p + o.g2),
+          reinterpret_cast<double*>(p + o.part), reinterpret_cast<int32_t*>(p + o.rows), p + o.sort};
 }
 }  // namespace
 
 size_t embed_smear_bwd_scratch(int64_t N, int64_t C, int k) {
-  return 2 * align256(size_t(N * C) * 4) + align256(size_t(N) * size_t(1 + k) * 8) + align256(size_t(N) * 4) +
-         embedding_bwd_scratch(N);
+  return smear_offsets(N, C, k).sort + embedding_bwd_scratch(N);
 }
 
 void embed_smear_bwd(cudaStream_t st, const EmbedSmearBwdArgs& a, void* scratch) {
