@@ -308,26 +308,41 @@ TEST_P(BackendOps, Bf16Conversions) {
 // (10-bit mantissa) would miss it by an order of magnitude, so a device that silently multiplies
 // "fp32" in TF32 fails. bf16 precision rounds the inputs, which the reference rounds identically,
 // and accumulates in fp32: the same bound.
+// pad > 0: every stored matrix has `pad` more columns than it uses (row strides lda, ldb, ldc), the
+// extra ones NaN in A and B (a read of them poisons C) and a sentinel in C (which must stay).
 static void gemm_case(Backend& be, MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      bool acc) {
+                      bool acc, int64_t pad = 0) {
   SCOPED_TRACE(testing::Message() << prec_name(prec) << " ta" << ta << " tb" << tb << " M" << M
-                                  << " N" << N << " K" << K << " acc" << acc);
+                                  << " N" << N << " K" << K << " acc" << acc << " pad" << pad);
   VecF a = randn(M * K, 11 + M + K), bm = randn(K * N, 12 + N), c0 = randn(M * N, 13);
-  Dev<float> ad(be, a), bd(be, bm);
-  Dev<float> cd(be, acc ? c0 : VecF(M * N, kNaN));
-  Dev<bf16> ah(be, VecH(a.size())), bh(be, VecH(bm.size()));
-  const void* A = ad.p();
-  const void* B = bd.p();
   if (prec == MatPrec::BF16) {
-    be.f32_to_bf16(ad.p(), ah.p(), int64_t(a.size()));
-    be.f32_to_bf16(bd.p(), bh.p(), int64_t(bm.size()));
-    A = ah.p();
-    B = bh.p();
     a = round_bf16(a);
     bm = round_bf16(bm);
   }
+  // Stored shapes (rows x used columns) and their strides.
+  const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  const int64_t lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+  auto stored = [&](const VecF& v, int64_t rows, int64_t cols, int64_t ld, float fill) {
+    VecF out(size_t(rows * ld), fill);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) out[size_t(r * ld + j)] = v[size_t(r * cols + j)];
+    return out;
+  };
+  const float sentinel = 12345.0f;
+  Dev<float> ad(be, stored(a, ar, ac, lda, kNaN)), bd(be, stored(bm, br, bc, ldb, kNaN));
+  Dev<float> cd(be, stored(acc ? c0 : VecF(M * N, kNaN), M, N, ldc, sentinel));
+  Dev<bf16> ah(be, VecH(size_t(ar * lda))), bh(be, VecH(size_t(br * ldb)));
+  const void* A = ad.p();
+  const void* B = bd.p();
+  if (prec == MatPrec::BF16) {
+    be.f32_to_bf16(ad.p(), ah.p(), ar * lda);
+    be.f32_to_bf16(bd.p(), bh.p(), br * ldb);
+    A = ah.p();
+    B = bh.p();
+  }
   be.prepare_gemm(prec, ta, tb, M, N, K);
-  be.gemm(prec, ta, tb, M, N, K, A, B, cd.p(), acc);
+  be.gemm({.prec = prec, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .A = A, .B = B, .C = cd.p(),
+           .accumulate = acc, .lda = pad ? lda : 0, .ldb = pad ? ldb : 0, .ldc = pad ? ldc : 0});
   VecD ref(M * N), scale(M * N);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -340,7 +355,14 @@ static void gemm_case(Backend& be, MatPrec prec, bool ta, bool tb, int64_t M, in
       ref[i * N + j] = s;
       scale[i * N + j] = sa;
     }
-  expect_close(cd.get(), ref, 1e-30, 8 * kU32 * std::sqrt(double(K + 1)), "C", &scale);
+  const VecF got = cd.get();
+  VecF used(size_t(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      if (j < N) used[size_t(i * N + j)] = got[size_t(i * ldc + j)];
+      else ASSERT_EQ(got[size_t(i * ldc + j)], sentinel) << "C's padding column " << j << " of row " << i;
+    }
+  expect_close(used, ref, 1e-30, 8 * kU32 * std::sqrt(double(K + 1)), "C", &scale);
 }
 
 TEST_P(BackendOps, Gemm) {
@@ -355,11 +377,15 @@ TEST_P(BackendOps, Gemm) {
         }
 }
 
-TEST_P(BackendOps, GemmTallNarrowTransposedA) {
-  // The LM head's weight-gradient shape, C[V, d] (+)= A^T B, which the CPU computes as the transpose
-  // of B^T A where that is faster (matmul.cpp): the same products either way.
+TEST_P(BackendOps, GemmRowStrides) {
+  // Operands and result stored wider than they are used, as the LM head's logits are (ModelLayout's
+  // logits_ld), in all three of the head's products and the other layouts.
   for (MatPrec p : {MatPrec::F32, MatPrec::BF16})
-    for (bool acc : {false, true}) gemm_case(be(), p, true, false, 2112, 40, 67, acc);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool acc : {false, true})
+          for (int64_t pad : {int64_t(4), int64_t(16)}) gemm_case(be(), p, ta, tb, 37, 53, 29, acc, pad);
+  for (bool acc : {false, true}) gemm_case(be(), MatPrec::F32, true, false, 2112, 40, 67, acc, 16);  // dW += dy^T x
 }
 
 TEST_P(BackendOps, GemmBf16RoundsItsInputs) {
@@ -369,7 +395,7 @@ TEST_P(BackendOps, GemmBf16RoundsItsInputs) {
   VecF a = randn(M * K, 3), bm = randn(K * N, 4);
   Dev<bf16> ah(be(), bf16_bits(a)), bh(be(), bf16_bits(bm));
   Dev<float> c = nan_out(be(), M * N);
-  be().gemm(MatPrec::BF16, false, false, M, N, K, ah.p(), bh.p(), c.p(), false);
+  be().gemm({.prec = MatPrec::BF16, .M = M, .N = N, .K = K, .A = ah.p(), .B = bh.p(), .C = c.p()});
   VecF got = c.get();
   double err = 0, norm = 0;
   for (int64_t i = 0; i < M; ++i)
@@ -1490,6 +1516,35 @@ TEST_P(BackendOps, SoftcapXent) {
         expect_same(loss2.get(), l, "loss with grad_bf16");
         const VecH h = gh.get();
         for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], f32_to_bf16(g[i])) << "element " << i;
+        // Rows ld > Vp apart: each row's loss and gradient the same bits as packed, the columns from
+        // Vp to ld untouched (in the logits and in the bf16 gradient).
+        const int64_t ld = Vp + 16;
+        VecF zs(size_t(N * ld), 777.0f);
+        for (int64_t n = 0; n < N; ++n)
+          for (int j = 0; j < Vp; ++j) zs[size_t(n * ld + j)] = z[size_t(n * Vp + j)];
+        for (bool to_bf16 : {false, true}) {
+          Dev<float> zl4(b, zs), loss4 = nan_out(b, N);
+          Dev<bf16> gh4(b, VecH(size_t(N * ld), kBf16NaN));
+          double total4 = xent_total({.N = N, .V = V, .Vp = Vp, .cap = cap, .logits = zl4.p(), .targets = tgd.p(),
+                                      .loss = loss4.p(), .want_grad = true, .grad_scale = gs,
+                                      .grad_bf16 = to_bf16 ? gh4.p() : nullptr, .ld = ld});
+          EXPECT_EQ(total4, total);
+          expect_same(loss4.get(), l, "loss at row stride ld");
+          const VecF g4 = zl4.get();
+          const VecH h4 = gh4.get();
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t j = 0; j < ld; ++j) {
+              const size_t i = size_t(n * ld + j);
+              if (j >= Vp) {
+                ASSERT_EQ(g4[i], 777.0f) << "padding " << n << " " << j;
+                ASSERT_EQ(h4[i], kBf16NaN) << "bf16 padding " << n << " " << j;
+              } else if (to_bf16) {
+                ASSERT_EQ(h4[i], h[size_t(n * Vp + j)]) << "bf16 gradient at stride " << n << " " << j;
+              } else {
+                ASSERT_EQ(g4[i], g[size_t(n * Vp + j)]) << "gradient at stride " << n << " " << j;
+              }
+            }
+        }
       }
       {  // without it: the same loss, argmax and total
         Dev<float> zl(b, z);

@@ -524,16 +524,16 @@ TEST(CpuIsa, SoftcapCrossEntropyMatchesGeneric) {
     VecF gz = z, gloss(N);
     std::vector<int32_t> gam(N);
     double gtotal =
-        softcap_xent(gz.data(), tg.data(), N, V, Vp, cap, gloss.data(), gam.data(), true, 0.5f);
+        softcap_xent(gz.data(), tg.data(), N, V, Vp, Vp, cap, gloss.data(), gam.data(), true, 0.5f);
     VecF gs = z;
     softcap_fwd(gs.data(), int64_t(gs.size()), cap);
     for_each_isa([&](const std::string&) {
       VecF lz = z, loss(N), hz = z, hloss(N);
       std::vector<int32_t> am(N);
-      double total = softcap_xent(lz.data(), tg.data(), N, V, Vp, cap, loss.data(), am.data(), true, 0.5f);
+      double total = softcap_xent(lz.data(), tg.data(), N, V, Vp, Vp, cap, loss.data(), am.data(), true, 0.5f);
       // With grad_bf16 the gradient goes there only: the fp32 one rounded, the same losses.
       std::vector<bf16> gh(size_t(N * Vp), 0x7fc0);
-      EXPECT_EQ(softcap_xent(hz.data(), tg.data(), N, V, Vp, cap, hloss.data(), nullptr, true, 0.5f, gh.data()),
+      EXPECT_EQ(softcap_xent(hz.data(), tg.data(), N, V, Vp, Vp, cap, hloss.data(), nullptr, true, 0.5f, gh.data()),
                 total) << what;
       EXPECT_EQ(hloss, loss) << what;
       for (size_t i = 0; i < gh.size(); ++i) ASSERT_EQ(gh[i], f32_to_bf16(lz[i])) << what << " bf16 gradient " << i;

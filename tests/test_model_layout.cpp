@@ -6,6 +6,7 @@
 // at the layout's offsets, the activation views tile the arena, and config checks live in validate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -313,11 +314,17 @@ void expect_numbers(const ModelConfig& m, const Expect& e) {
     EXPECT_EQ(l.flops_per_token(Ts[i]), e.flops[i]) << "T=" << Ts[i];
     EXPECT_EQ(flops_per_token(m, Ts[i]), e.flops[i]) << "T=" << Ts[i];
   }
+  // The bytes are the earlier ones plus the logits' row padding: the logits and their bf16
+  // gradient buffer, chunk_rows rows each, logits_row_stride(Vp) - Vp floats more per row.
   const int shapes[3][2] = {{1, 1}, {2, 64}, {8, m.seq_len}};
   for (int i = 0; i < 3; ++i) {
     const auto [B, T] = shapes[i];
-    EXPECT_EQ(model_layout(m, B, T).bytes, e.bytes[i]) << "B=" << B << " T=" << T;
-    EXPECT_EQ(GPT::memory_need(m, B, T, cpu_backend()), e.bytes[i]) << "B=" << B << " T=" << T;
+    const ModelLayout lb = model_layout(m, B, T);
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(int64_t(B) * T, (int64_t(1) << 25) / lb.Vp));
+    const size_t pad = size_t(2 * 4 * rows * (logits_row_stride(lb.Vp) - lb.Vp));
+    EXPECT_EQ(lb.act.chunk_rows, rows);
+    EXPECT_EQ(lb.bytes, e.bytes[i] + pad) << "B=" << B << " T=" << T;
+    EXPECT_EQ(GPT::memory_need(m, B, T, cpu_backend()), e.bytes[i] + pad) << "B=" << B << " T=" << T;
   }
 }
 
@@ -336,6 +343,19 @@ TEST(ModelLayout, PresetCountsFlopsAndBytesAreUnchanged) {
 
 TEST(ModelLayout, FeatureConfigsCountsFlopsAndBytesAreUnchanged) {
   for (int i = 0; i < 6; ++i) expect_numbers(odd(i), kOdd[i]);
+}
+
+TEST(ModelLayout, LogitsRowStrideIsTheLeastOddMultipleOf16FromVp) {
+  for (int64_t Vp : {int64_t(1), int64_t(16), int64_t(64), int64_t(257), int64_t(8192), int64_t(50304),
+                     int64_t(65536)}) {
+    const int64_t ld = logits_row_stride(Vp);
+    EXPECT_GE(ld, Vp);
+    EXPECT_EQ(ld % 32, 16) << Vp;  // an odd number of 64-byte lines
+    EXPECT_LT(ld - 32, Vp) << Vp;  // the least such
+  }
+  EXPECT_EQ(logits_row_stride(8192), 8208);
+  EXPECT_EQ(logits_row_stride(8208), 8208);
+  EXPECT_EQ(model_layout(odd(0), 2, 64).act.logits_ld, logits_row_stride(model_layout(odd(0)).Vp));
 }
 
 TEST(ModelLayout, ParameterTableIsUnchanged) {

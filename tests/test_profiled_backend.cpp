@@ -43,9 +43,11 @@ TEST(ProfiledBackend, GemmAndRmsnormCostsEqualHandCounts) {
   // C[3,5] = A[3,7] B^T (B stored [5,7]): 2*3*5*7 FLOPs; fp32 A and B read once (4*(21+35)),
   // C written once (4*15).
   DeviceBuffer A(cpu, 21 * 4), B(cpu, 35 * 4), C(cpu, 15 * 4);
-  pb.gemm(MatPrec::F32, false, true, 3, 5, 7, A.as<void>(), B.as<void>(), C.as<float>(), false);
+  pb.gemm({.prec = MatPrec::F32, .trans_b = true, .M = 3, .N = 5, .K = 7, .A = A.as<void>(), .B = B.as<void>(),
+           .C = C.as<float>()});
   // bf16 inputs (2 bytes each), C read and written (8*15).
-  pb.gemm(MatPrec::BF16, false, true, 3, 5, 7, A.as<void>(), B.as<void>(), C.as<float>(), true);
+  pb.gemm({.prec = MatPrec::BF16, .trans_b = true, .M = 3, .N = 5, .K = 7, .A = A.as<void>(), .B = B.as<void>(),
+           .C = C.as<float>(), .accumulate = true});
   // RMSNorm of 4 rows of 6 into bf16: 4 FLOPs per element and (8 + 2) bytes (x read and
   // counted once more for the gain and statistics, y written in bf16); backward 8 and 16.
   DeviceBuffer x(cpu, 24 * 4), y(cpu, 24 * 4), rstd(cpu, 4 * 4);

@@ -102,18 +102,20 @@ class Backend {
   // dst = src in dtype `to` (a copy for F32, a rounding for BF16).
   void convert(const float* src, void* dst, int64_t n, DType to);
 
-  // The linear layer y = x W^T (W stored [out, in]), written with gemm.
+  // The linear layer y = x W^T (W stored [out, in]), written with gemm. ld: the row stride of the
+  // [N, out] matrix (y forward, dy backward; 0: out).
   void linear_fwd(MatPrec p, const void* x, const void* W, float* y, int64_t N, int64_t in,
-                  int64_t out) {
-    gemm(p, false, true, N, out, in, x, W, y, false);
+                  int64_t out, int64_t ld = 0) {
+    gemm({.prec = p, .trans_b = true, .M = N, .N = out, .K = in, .A = x, .B = W, .C = y, .ldc = ld});
   }
   void linear_bwd_input(MatPrec p, const void* dy, const void* W, float* dx, int64_t N,
-                        int64_t in, int64_t out, bool accumulate) {  // dx (=/+=) dy W
-    gemm(p, false, false, N, in, out, dy, W, dx, accumulate);
+                        int64_t in, int64_t out, bool accumulate, int64_t ld = 0) {  // dx (=/+=) dy W
+    gemm({.prec = p, .M = N, .N = in, .K = out, .A = dy, .B = W, .C = dx, .accumulate = accumulate, .lda = ld});
   }
   void linear_bwd_weight(MatPrec p, const void* dy, const void* x, float* dW, int64_t N,
-                         int64_t in, int64_t out) {  // dW += dy^T x
-    gemm(p, true, false, out, in, N, dy, x, dW, true);
+                         int64_t in, int64_t out, int64_t ld = 0) {  // dW += dy^T x
+    gemm({.prec = p, .trans_a = true, .M = out, .N = in, .K = N, .A = dy, .B = x, .C = dW, .accumulate = true,
+          .lda = ld});
   }
 
   // ---- recording ----

@@ -12,6 +12,26 @@ namespace clm {
 
 struct NsSchedule;  // backend.h
 
+// C[M,N] (=, or += when accumulate) A[M,K] B[K,N]. A is stored [M,K] or, trans_a, [K,M]; B
+// [K,N] or, trans_b, [N,K]; each stored matrix is row-major with the row stride given (lda, ldb,
+// ldc, in elements; 0: its stored width, i.e. packed). A and B hold bf16 (prec BF16) or fp32;
+// C is fp32. A row stride wider than the matrix lets a caller keep rows off the power-of-two
+// strides at which CPU caches alias (ModelLayout's logits_ld).
+struct GemmArgs {
+  MatPrec prec = MatPrec::F32;
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  const void* A = nullptr;
+  const void* B = nullptr;
+  float* C = nullptr;
+  bool accumulate = false;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  // The stored row strides, packed where 0.
+  int64_t a_ld() const { return lda > 0 ? lda : (trans_a ? M : K); }
+  int64_t b_ld() const { return ldb > 0 ? ldb : (trans_b ? K : N); }
+  int64_t c_ld() const { return ldc > 0 ? ldc : N; }
+};
+
 // RMSNorm over the last dimension of `rows` rows of C: y = x rstd (* g where g is given), written
 // in out_t; rstd = 1/sqrt(mean(x^2) + eps) saved per row for backward. With `residual` the op is
 // fused with the residual add before it: the rows normalised are s = x + residual (an fp32 add),
@@ -169,6 +189,9 @@ struct SoftcapXentArgs {
   bool want_grad = false;
   float grad_scale = 1.0f;
   bf16* grad_bf16 = nullptr;          // with want_grad: the gradient rounded to bf16 here (or null), logits then unspecified
+  // Row stride of logits and grad_bf16 in elements (0: Vp); the columns from Vp on are not touched.
+  int64_t ld = 0;
+  int64_t row_stride() const { return ld > 0 ? ld : Vp; }
 };
 
 // The two-term mix's backward (Backend::mix2_fwd: out = w[0] x + w[1] x0) from dout: dw[0] +=

@@ -30,11 +30,8 @@
 // consumer that wants a subset passes an F that filters on a tag column.
 #define CLM_BACKEND_OPS_WITH(F, X)                                                                 \
   /* ---- matmul and conversions ---- */                                                         \
-  /* C[M,N] (=, or += when accumulate) A[M,K] B[K,N]; A stored [M,K] or, trans_a, [K,M]; B */    \
-  /* stored [K,N] or, trans_b, [N,K]. A and B hold bf16 (BF16) or fp32 (F32); C is fp32. */      \
-  F(X, gemm, void, (MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,   \
-    const void* A, const void* B, float* C, bool accumulate), (prec, trans_a, trans_b, M, N, K,  \
-    A, B, C, accumulate), own, own)                                                              \
+  /* C[M,N] (=, or += when accumulate) A[M,K] B[K,N] (GemmArgs: storage and row strides). */    \
+  F(X, gemm, void, (const GemmArgs& a), (a), own, own)                                           \
   F(X, f32_to_bf16, void, (const float* x, bf16* y, int64_t n), (x, y, n), table, stream)        \
   F(X, bf16_to_f32, void, (const bf16* x, float* y, int64_t n), (x, y, n), table, stream)        \
   /* ---- layers ---- */                                                                         \

@@ -38,10 +38,9 @@ Cost newton_schulz(int64_t rows, int64_t cols, int steps, MatPrec prec) {
 
 // ---- one formula per op (op_list.h), in its order ----
 
-Cost gemm(MatPrec prec, bool, bool, int64_t M, int64_t N, int64_t K, const void*, const void*, float*,
-          bool accumulate) {
-  const double m = double(M), n = double(N), k = double(K);
-  return {2.0 * m * n * k, esz(matmul_dtype(prec)) * (m * k + k * n) + (accumulate ? 8.0 : 4.0) * m * n};
+Cost gemm(const GemmArgs& g) {
+  const double m = double(g.M), n = double(g.N), k = double(g.K);
+  return {2.0 * m * n * k, esz(matmul_dtype(g.prec)) * (m * k + k * n) + (g.accumulate ? 8.0 : 4.0) * m * n};
 }
 Cost f32_to_bf16(const float*, bf16*, int64_t n) { return per_elem(double(n), 0, 6); }
 Cost bf16_to_f32(const bf16*, float*, int64_t n) { return per_elem(double(n), 0, 6); }

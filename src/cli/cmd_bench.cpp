@@ -57,11 +57,13 @@ GemmTime time_gemm(Backend& be, MatPrec prec, int64_t M, int64_t N, int64_t K, i
   be.convert(f.as<float>(), b.as<void>(), N * K, t);
   be.prepare_gemm(prec, false, true, M, N, K);
   auto timer = be.timer();
-  be.gemm(prec, false, true, M, N, K, a.as<void>(), b.as<void>(), c.as<float>(), false);  // warm-up
+  const GemmArgs args{.prec = prec, .trans_b = true, .M = M, .N = N, .K = K, .A = a.as<void>(), .B = b.as<void>(),
+                      .C = c.as<float>()};
+  be.gemm(args);  // warm-up
   GemmTime g{1e30, 0};
   for (int r = 0; r < reps; ++r) {
     timer->start();
-    be.gemm(prec, false, true, M, N, K, a.as<void>(), b.as<void>(), c.as<float>(), false);
+    be.gemm(args);
     const double dt = timer->stop();
     g.best = std::min(g.best, dt);
     g.mean += dt / reps;
@@ -208,7 +210,7 @@ void run_bench_train(const BenchArgs& a) {
               mflops / 1e9, ceiling, 100.0 * mflops / (ceiling * 1e9));
 }
 
-struct GemmArgs {
+struct BenchGemmArgs {
   std::string device = "auto", precision = "bf16";
   int64_t m = 4096, n = 4096, k = 4096;
   int reps = 10, threads = 0;
@@ -216,7 +218,7 @@ struct GemmArgs {
 };
 
 // One gemm shape alone: the matmul peak of a device in a precision (fp32 accumulation).
-void run_bench_gemm(const GemmArgs& a) {
+void run_bench_gemm(const BenchGemmArgs& a) {
   if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.reps <= 0) fail("bench gemm: m, n, k and reps must be positive");
   int threads = a.threads > 0 ? a.threads : default_threads();
   std::shared_ptr<Backend> be = make_backend(a.device);
@@ -522,7 +524,7 @@ void register_bench_commands(CLI::App& app) {
   tr->add_flag("--profile", args->profile, "print per-op times (stderr)");
   tr->add_flag("--json", args->json, "print one JSON object");
   tr->callback([args] { run_bench_train(*args); });
-  auto ga = std::make_shared<GemmArgs>();
+  auto ga = std::make_shared<BenchGemmArgs>();
   auto* gm = bench->add_subcommand("gemm", "time one matmul shape C[m,n] = A[m,k] B[n,k]^T (the device's peak)");
   gm->add_option("--m", ga->m, "rows of C")->capture_default_str();
   gm->add_option("--n", ga->n, "columns of C")->capture_default_str();

@@ -42,6 +42,7 @@ void GPTImpl::build() {
   off_smear = l.smear;
   nparams = l.param_floats;
   chunk_rows = l.act.chunk_rows;
+  logits_ld = l.act.logits_ld;
 
   check_fits_memory(*be, l.bytes, fmt::format("the model (B={} x T={})", max_B, max_T));
   params_buf = DeviceBuffer(*be, size_t(nparams) * 4);

@@ -111,6 +111,7 @@ struct GPTImpl {
   float *mtp_u = nullptr, *mtp_un = nullptr, *mtp_rstd = nullptr, *mtp_dw = nullptr;
   float last_mtp = 0;  // the multi-token head's loss in the last forward (aux_losses)
   int64_t chunk_rows = 0;
+  int64_t logits_ld = 0;  // the training logits' row stride (ModelLayout)
 
   // state of the last forward (B and T: of the last staged batch)
   int B = 0, T = 0;
@@ -253,11 +254,12 @@ struct GPTImpl {
   struct HeadPass {
     HeadMode mode;
     HeadNames names;
-    int64_t chunk_rows;  // rows per chunk; `logits` holds chunk_rows x Vp floats
+    int64_t chunk_rows;  // rows per chunk; `logits` holds chunk_rows rows of row_stride() floats
     float* logits;
     float gscale = 0;     // Score/Train: passed to softcap_xent
     float* out = nullptr;  // Logits: host, n x Vp
     double* loss_sum = nullptr;  // Score/Train: device accumulator of the summed loss (or null)
+    int64_t ld = 0;              // row stride of `logits` in floats (0: Vp)
   };
   // One chunk as the pass sees it: its input rows (matmul precision) and, for Score/Train, the
   // device arrays of those rows: targets (null = none), per-row loss, argmax and input gradient

@@ -181,17 +181,21 @@ void GPTImpl::body_ops() {
 // ---- the LM head -----------------------------------------------------------------------------------
 void GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadChunk(int64_t, int64_t)>& rows,
                         const std::function<void(int64_t, int64_t)>& done) {
+  const int64_t ld = p.ld > 0 ? p.ld : Vp;
   for (int64_t r0 = 0; r0 < n; r0 += p.chunk_rows) {
     const int64_t nr = std::min<int64_t>(p.chunk_rows, n - r0);
     const HeadChunk c = rows(r0, nr);
     {
       ProfRegion pr(prof, p.names.fwd, "fwd");
-      be->linear_fwd(prec, c.x, w(off_head), p.logits, nr, d, Vp);
+      be->linear_fwd(prec, c.x, w(off_head), p.logits, nr, d, Vp, ld);
     }
     if (p.mode == HeadMode::Logits) {
-      be->softcap_fwd(p.logits, nr * Vp, cfg.logit_softcap);
+      be->softcap_fwd(p.logits, (nr - 1) * ld + Vp, cfg.logit_softcap);  // the padding columns too: unread
       float* out = p.out + r0 * Vp;
-      be->to_host(out, p.logits, sizeof(float) * nr * Vp);
+      if (ld == Vp)
+        be->to_host(out, p.logits, sizeof(float) * nr * Vp);
+      else
+        for (int64_t r = 0; r < nr; ++r) be->to_host(out + r * Vp, p.logits + r * ld, sizeof(float) * Vp);
       for (int64_t r = 0; r < nr; ++r)  // the padding columns are no tokens
         for (int j = V; j < Vp; ++j) out[r * Vp + j] = -INFINITY;
     } else {
@@ -202,16 +206,16 @@ void GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadCh
         ProfRegion pr(prof, p.names.xent, "fwd");
         be->softcap_xent({.N = nr, .V = V, .Vp = Vp, .cap = cfg.logit_softcap, .logits = p.logits,
                           .targets = c.tgt, .loss = c.loss, .loss_sum = p.loss_sum, .argmax = c.amax,
-                          .want_grad = grad, .grad_scale = p.gscale, .grad_bf16 = dlogits_bf16});
+                          .want_grad = grad, .grad_scale = p.gscale, .grad_bf16 = dlogits_bf16, .ld = ld});
       }
       if (grad) {
         const void* dlogits = dlogits_bf16 ? static_cast<const void*>(dlogits_bf16) : p.logits;
         {
           ProfRegion pr(prof, p.names.dx, "bwd");
-          be->linear_bwd_input(prec, dlogits, w(off_head), c.dx, nr, d, Vp, false);
+          be->linear_bwd_input(prec, dlogits, w(off_head), c.dx, nr, d, Vp, false, ld);
         }
         ProfRegion pr(prof, p.names.dw, "bwd");
-        be->linear_bwd_weight(prec, dlogits, c.x, head_dw, nr, d, Vp);
+        be->linear_bwd_weight(prec, dlogits, c.x, head_dw, nr, d, Vp, ld);
       }
     }
     if (done) done(r0, nr);
@@ -221,7 +225,8 @@ void GPTImpl::head_pass(const HeadPass& p, int64_t n, const std::function<HeadCh
 void GPTImpl::head_chunks(const HeadNames& names, const float* x_mm, const int32_t* tgt, int64_t N, float* loss,
                           int32_t* amax, bool grad, float gscale, float* dx, double* loss_sum) {
   const int mmb = prec == MatPrec::BF16 ? 2 : 4;
-  const HeadPass p{grad ? HeadMode::Train : HeadMode::Score, names, chunk_rows, logits, gscale, nullptr, loss_sum};
+  const HeadPass p{grad ? HeadMode::Train : HeadMode::Score, names, chunk_rows, logits, gscale, nullptr, loss_sum,
+                   logits_ld};
   head_pass(p, N, [&](int64_t r0, int64_t) {
     return HeadChunk{x_mm + r0 * d * mmb / 4, tgt ? tgt + r0 : nullptr, loss ? loss + r0 : nullptr,
                      amax ? amax + r0 : nullptr, dx + r0 * d};
@@ -408,7 +413,7 @@ void GPT::last_logits(const int32_t* inputs, int B, int T, float* out) {
   for (int b = 0; b < B; ++b)
     be.copy(rows + int64_t(b) * d * mmb, src + (int64_t(b) * T + T - 1) * d * mmb, size_t(d) * mmb);
   const GPTImpl::HeadPass p{GPTImpl::HeadMode::Logits, {"matmul.head", nullptr, nullptr, nullptr}, m.chunk_rows,
-                            m.logits, 0.0f, out};
+                            m.logits, 0.0f, out, nullptr, m.logits_ld};
   m.head_pass(p, B, [&](int64_t b0, int64_t) { return GPTImpl::HeadChunk{rows + b0 * d * mmb}; });
 }
 

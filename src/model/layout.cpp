@@ -14,6 +14,11 @@ int64_t ParamSlot::numel() const {
   return n;
 }
 
+int64_t logits_row_stride(int64_t Vp) {
+  const int64_t ld = align16(Vp);
+  return (ld / kLayoutAlign) % 2 == 1 ? ld : ld + kLayoutAlign;
+}
+
 namespace {
 
 void set_dims(ModelLayout& l) {
@@ -141,8 +146,8 @@ void plan_shared_acts(const ModelLayout& l, ActivationPlan& a, Arena& ar, int64_
   ar.carve(a.lnf_mm, "lnf_mm", N * d);
   ar.carve(a.dxf, "dxf", N * d);
   ar.carve(a.head_dw, "head_dw", int64_t(l.Vp) * d);
-  ar.carve(a.logits, "logits", a.chunk_rows * l.Vp);
-  ar.carve(a.logits_mm, "logits_mm", a.chunk_rows * l.Vp);
+  ar.carve(a.logits, "logits", a.chunk_rows * a.logits_ld);
+  ar.carve(a.logits_mm, "logits_mm", a.chunk_rows * a.logits_ld);
   ar.carve(a.tmp_d, "tmp_d", N * wmax);
   ar.carve(a.tmp_mm, "tmp_mm", N * wmax);
   ar.carve(a.qkv, "qkv", N * l.qkvw);
@@ -169,6 +174,7 @@ void plan_acts(ModelLayout& l) {
   a.rows = N;
   const int64_t per_chunk = l.Vp > 0 ? (int64_t(1) << 25) / l.Vp : N;  // <= 128 MiB of logits
   a.chunk_rows = std::max<int64_t>(1, std::min<int64_t>(N, per_chunk));
+  a.logits_ld = logits_row_stride(l.Vp);
   Arena ar{a.floats, &a.views};
   a.blocks.assign(size_t(l.L), BlockActs{});
   for (int i = 0; i < l.L; ++i) plan_block_acts(l, ar, a.blocks[size_t(i)], i, N, true);

@@ -19,6 +19,13 @@ enum class ParamKind { Matrix, Embedding, Head, Scalar };  // routes each tensor
 constexpr int64_t kLayoutAlign = 16;
 inline int64_t align16(int64_t n) { return (n + kLayoutAlign - 1) / kLayoutAlign * kLayoutAlign; }
 
+// The row stride (floats) of the LM head's logits and their gradient, Vp columns used: the least
+// odd multiple of 16 floats from Vp up. A row of Vp = 8192 floats is 32 KiB, and the rows a matmul
+// reads down a column then all fall in one set of the CPU's caches; at an odd number of 64-byte
+// lines they spread over every set (the head's weight gradient, 8192 x 192 from 4096 rows: 190 ->
+// 90 ms on an AVX2 EPYC, bench/RESULTS.md).
+int64_t logits_row_stride(int64_t Vp);
+
 // One parameter tensor: where it sits in the parameter buffer (floats from its start).
 struct ParamSlot {
   std::string name;            // e.g. "blocks.3.attn.wq"
@@ -54,7 +61,8 @@ struct ActivationPlan {
     int64_t offset = 0, floats = 0;  // floats rounded up to the alignment
   };
   int64_t rows = 0;        // max_B * max_T
-  int64_t chunk_rows = 0;  // rows of one LM-head chunk (at most 2^25 logits)
+  int64_t chunk_rows = 0;  // rows of one LM-head chunk (2^25 logits at most, with Vp columns)
+  int64_t logits_ld = 0;   // the row stride of the head's logits and their gradient: logits_row_stride(Vp)
   std::vector<BlockActs> blocks;
   int64_t dx0 = -1, x_final = -1, lnf_rstd = -1, lnf_mm = -1, dxf = -1, head_dw = -1, logits = -1,
           logits_mm = -1, tmp_d = -1, tmp_mm = -1, qkv = -1, dres = -1, dtmp = -1, dtmp2 = -1, dmm = -1,

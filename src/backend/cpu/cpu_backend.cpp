@@ -179,10 +179,7 @@ class CpuBackend final : public Backend {
   CLM_CPU_BACKEND_KERNELS(CLM_BACKEND_FORWARD)
 #undef CLM_BACKEND_FORWARD
 
-  void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
-            const void* B, float* C, bool accumulate) override {
-    clm::gemm(prec, ta, tb, M, N, K, A, B, C, accumulate);
-  }
+  void gemm(const GemmArgs& a) override { clm::gemm(a); }
 
   void rmsnorm_fwd(const RmsnormFwdArgs& a) override {
     // residual_rmsnorm_fwd is the plain norm where residual is null
@@ -234,8 +231,8 @@ class CpuBackend final : public Backend {
   }
   // The kernel returns the chunk's sum; "device" memory is host memory, so it is added here.
   void softcap_xent(const SoftcapXentArgs& a) override {
-    const double sum = clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax,
-                                         a.want_grad, a.grad_scale, a.grad_bf16);
+    const double sum = clm::softcap_xent(a.logits, a.targets, a.N, a.V, a.Vp, a.row_stride(), a.cap, a.loss,
+                                         a.argmax, a.want_grad, a.grad_scale, a.grad_bf16);
     if (a.loss_sum) *a.loss_sum += sum;
   }
 

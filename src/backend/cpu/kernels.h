@@ -26,13 +26,6 @@
   X(residual_rmsnorm_fwd_bf16, residual_rmsnorm_fwd, void, (const float* x, const float* res,    \
     float* sum, const float* g, bf16* y, float* rstd, int64_t rows, int64_t C, float eps), (x,   \
     res, sum, g, y, rstd, rows, C, eps))                                                         \
-  X(linear_fwd, linear_fwd, void, (MatPrec prec, const void* x, const void* W, float* y,         \
-    int64_t N, int64_t in, int64_t out), (prec, x, W, y, N, in, out))                            \
-  X(linear_bwd_input, linear_bwd_input, void, (MatPrec prec, const void* dy, const void* W,      \
-    float* dx, int64_t N, int64_t in, int64_t out, bool accumulate), (prec, dy, W, dx, N, in,    \
-    out, accumulate))                                                                            \
-  X(linear_bwd_weight, linear_bwd_weight, void, (MatPrec prec, const void* dy, const void* x,    \
-    float* dW, int64_t N, int64_t in, int64_t out), (prec, dy, x, dW, N, in, out))               \
   X(rope_bwd, rope_bwd, void, (float* dx, int64_t rows, int T, int hd, const float* cos_t,       \
     const float* sin_t, int pos0), (dx, rows, T, hd, cos_t, sin_t, pos0))                        \
   X(attention_fwd, attention_fwd, void, (const float* q, const float* k, const float* v,         \
@@ -74,9 +67,9 @@
   X(residual_bwd, residual_bwd, void, (const float* dout, float* da, float* db, int64_t n),      \
     (dout, da, db, n))                                                                           \
   X(softcap_xent, softcap_xent, double, (float* logits, const int32_t* targets, int64_t N,       \
-    int V, int Vp, float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,     \
-    bf16* grad_bf16), (logits, targets, N, V, Vp, cap, loss, argmax, want_grad, grad_scale,      \
-    grad_bf16))                                                                                  \
+    int V, int Vp, int64_t ld, float cap, float* loss, int32_t* argmax, bool want_grad,          \
+    float grad_scale, bf16* grad_bf16), (logits, targets, N, V, Vp, ld, cap, loss, argmax,       \
+    want_grad, grad_scale, grad_bf16))                                                           \
   X(sum_squares, sum_squares, double, (const float* x, int64_t n), (x, n))                       \
   X(adamw_update, adamw_update, void, (float* p, const float* grad, float* m, float* v,          \
     int64_t n, float gscale, float lr, float beta1, float beta2, float eps, float wd, int64_t t, \

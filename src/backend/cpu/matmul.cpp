@@ -25,8 +25,8 @@ namespace {
 
 struct GemmKey {
   int prec, ta, tb, acc, threads;
-  int64_t M, N, K;
-  auto tie() const { return std::tie(prec, ta, tb, acc, threads, M, N, K); }
+  int64_t M, N, K, lda, ldb, ldc;
+  auto tie() const { return std::tie(prec, ta, tb, acc, threads, M, N, K, lda, ldb, ldc); }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
 
@@ -76,55 +76,49 @@ bool cpu_has_bf16_matmul() {
 }
 
 namespace {
-// oneDNN's fp32 gemm on CPUs without AVX-512 computes C = A^T B at about half its usual rate when C
-// is tall and narrow, as the LM head's weight gradient is (M = vocabulary rows of N = d_model): 75
-// against 145 GFLOP/s at 8192 x 192 x 4096 on 2 threads of an AVX2 AMD EPYC (bench/RESULTS.md),
-// from M = 2048 up and N <= 256. The product C^T = B^T A has the fast shape, and adding its
-// transpose into C is one pass over M N floats.
-bool transposed_product_pays(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N) {
-  const bool fp32_math = prec == MatPrec::F32 || !cpu_has_bf16_matmul();
-  return fp32_math && trans_a && !trans_b && M >= 2048 && N <= 256 && !cpu_features().avx512f;
+// A stored row-major [rows, cols] with row stride ld, as the oneDNN descriptor of the logical
+// [r, c] operand: as is, or (transposed) read with swapped strides.
+dnnl::memory::desc strided_desc(int64_t r, int64_t c, bool transposed, int64_t ld, dnnl::memory::data_type t) {
+  using dims = dnnl::memory::dims;
+  return dnnl::memory::desc(dims{r, c}, t, transposed ? dims{1, ld} : dims{ld, 1});
 }
 
-// C[M,N] (=, or += when accumulate) the transpose of t[N,M].
-void put_transposed(const float* t, float* C, int64_t M, int64_t N, bool accumulate) {
-#pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) C[m * N + n] = (accumulate ? C[m * N + n] : 0.0f) + t[n * M + m];
-}
-}  // namespace
-
-void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
-          const void* B, float* C, bool accumulate) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    if (!accumulate) std::memset(C, 0, sizeof(float) * M * N);
+// Widens n rows of `cols` bf16 at stride ld into packed fp32 (the stride dropped).
+void widen_rows(const bf16* x, float* y, int64_t n, int64_t cols, int64_t ld) {
+  if (ld == cols) {
+    bf16_to_f32(x, y, n * cols);
     return;
   }
-  if (transposed_product_pays(prec, trans_a, trans_b, M, N)) {  // C^T[N,M] = B^T A: B stored [K,N], A [K,M]
-    thread_local std::vector<float> t;
-    t.resize(size_t(M * N));
-    gemm(prec, true, false, N, M, K, B, A, t.data(), false);
-    put_transposed(t.data(), C, M, N, accumulate);
+  for (int64_t r = 0; r < n; ++r) bf16_to_f32(x + r * ld, y + r * cols, cols);
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g) {
+  const int64_t M = g.M, N = g.N, K = g.K;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!g.accumulate)
+      for (int64_t m = 0; m < M; ++m) std::memset(g.C + m * g.c_ld(), 0, sizeof(float) * N);
     return;
   }
   using dt = dnnl::memory::data_type;
-  using dims = dnnl::memory::dims;
   auto& c = gemm_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   dnnl::engine& eng = cpu_engine();
-  // Where oneDNN has no bf16 matmul for this CPU, bf16 inputs are widened to fp32 (exactly) and
-  // multiplied in fp32: the same products, fp32 accumulation as before, only slower.
-  const bool widen = prec == MatPrec::BF16 && !cpu_has_bf16_matmul();
-  GemmKey key{int(prec), trans_a, trans_b, accumulate, omp_get_max_threads(), M, N, K};
+  // Where oneDNN has no bf16 matmul for this CPU, bf16 inputs are widened to fp32 (exactly, and
+  // packed) and multiplied in fp32: the same products, fp32 accumulation as before, only slower.
+  const bool widen = g.prec == MatPrec::BF16 && !cpu_has_bf16_matmul();
+  const int64_t lda = widen ? (g.trans_a ? M : K) : g.a_ld(), ldb = widen ? (g.trans_b ? K : N) : g.b_ld();
+  GemmKey key{int(g.prec), g.trans_a, g.trans_b, g.accumulate, omp_get_max_threads(), M, N, K, lda, ldb, g.c_ld()};
   auto it = c.map.find(key);
   if (it == c.map.end()) {
-    dt in_t = prec == MatPrec::BF16 && !widen ? dt::bf16 : dt::f32;
-    dnnl::memory::desc a_md(dims{M, K}, in_t, trans_a ? dims{1, M} : dims{K, 1});
-    dnnl::memory::desc b_md(dims{K, N}, in_t, trans_b ? dims{1, K} : dims{N, 1});
-    dnnl::memory::desc c_md(dims{M, N}, dt::f32, dims{N, 1});
+    const dt in_t = g.prec == MatPrec::BF16 && !widen ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc a_md = strided_desc(M, K, g.trans_a, lda, in_t);
+    const dnnl::memory::desc b_md = strided_desc(K, N, g.trans_b, ldb, in_t);
+    const dnnl::memory::desc c_md = strided_desc(M, N, false, g.c_ld(), dt::f32);
     dnnl::primitive_attr attr;
-    if (accumulate) {
+    if (g.accumulate) {
       dnnl::post_ops po;
       po.append_sum(1.0f);
       attr.set_post_ops(po);
@@ -134,17 +128,19 @@ void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
     it = c.map.emplace(key, GemmEntry{dnnl::matmul(pd), a_md, b_md, c_md}).first;
   }
   GemmEntry& e = it->second;
+  const void* A = g.A;
+  const void* B = g.B;
   if (widen) {
     c.wide_a.resize(size_t(M * K));
     c.wide_b.resize(size_t(K * N));
-    bf16_to_f32(static_cast<const bf16*>(A), c.wide_a.data(), M * K);
-    bf16_to_f32(static_cast<const bf16*>(B), c.wide_b.data(), K * N);
+    widen_rows(static_cast<const bf16*>(A), c.wide_a.data(), g.trans_a ? K : M, g.trans_a ? M : K, g.a_ld());
+    widen_rows(static_cast<const bf16*>(B), c.wide_b.data(), g.trans_b ? N : K, g.trans_b ? K : N, g.b_ld());
     A = c.wide_a.data();
     B = c.wide_b.data();
   }
   dnnl::memory am(e.a, eng, const_cast<void*>(A));
   dnnl::memory bm(e.b, eng, const_cast<void*>(B));
-  dnnl::memory cm(e.c, eng, C);
+  dnnl::memory cm(e.c, eng, g.C);
   e.prim.execute(cpu_stream(), {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   cpu_stream().wait();
 }
@@ -159,8 +155,9 @@ Bf16Timing time_bf16_vs_fp32(int64_t M, int64_t N, int64_t K, int reps) {
   f32_to_bf16(b32.data(), b16.data(), int64_t(b32.size()));
   auto run = [&](MatPrec p) {
     const double t0 = now_seconds();
-    if (p == MatPrec::BF16) gemm(p, false, true, M, N, K, a16.data(), b16.data(), c.data(), false);
-    else gemm(p, false, true, M, N, K, a32.data(), b32.data(), c.data(), false);
+    const void* a = p == MatPrec::BF16 ? static_cast<const void*>(a16.data()) : a32.data();
+    const void* b = p == MatPrec::BF16 ? static_cast<const void*>(b16.data()) : b32.data();
+    gemm({.prec = p, .trans_b = true, .M = M, .N = N, .K = K, .A = a, .B = b, .C = c.data()});
     return now_seconds() - t0;
   };
   run(MatPrec::BF16);  // primitive creation (JIT) and first touch, untimed
@@ -179,11 +176,13 @@ double measure_matmul_ceiling_gflops(int64_t n, int reps) {
   Rng rng(7);
   for (auto& v : a) v = f32_to_bf16(rng.normal());
   for (auto& v : b) v = f32_to_bf16(rng.normal());
-  gemm(MatPrec::BF16, false, true, n, n, n, a.data(), b.data(), cbuf.data(), false);  // warm-up
+  const GemmArgs g{.prec = MatPrec::BF16, .trans_b = true, .M = n, .N = n, .K = n, .A = a.data(), .B = b.data(),
+                   .C = cbuf.data()};
+  gemm(g);  // warm-up
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     double t0 = now_seconds();
-    gemm(MatPrec::BF16, false, true, n, n, n, a.data(), b.data(), cbuf.data(), false);
+    gemm(g);
     best = std::min(best, now_seconds() - t0);
   }
   return 2.0 * double(n) * n * n / best / 1e9;

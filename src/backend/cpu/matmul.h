@@ -6,6 +6,7 @@
 
 #include "backend/cpu/op_kernels.h"
 #include "backend/dtype.h"
+#include "backend/op_args.h"
 
 namespace clm {
 
@@ -13,14 +14,10 @@ namespace clm {
 // and back over arrays, parallel over n with OpenMP. The scalar forms and the MatPrec/bf16 types
 // are in backend/dtype.h.
 
-// C[M,N] = A[M,K] * B[K,N]   (accumulate=false)   or   C += A*B   (accumulate=true).
-// A is stored row-major as [M,K] (trans_a=false) or [K,M] (trans_a=true); likewise B as [K,N] or
-// [N,K]. A and B hold bf16 when prec==BF16 and fp32 when prec==F32; C is always fp32 row-major.
-// Deterministic for a given thread count (oneDNN does not split K across threads racily). A tall,
-// narrow C = A^T B in fp32 on a CPU without AVX-512 is computed as the transpose of B^T A (faster
-// there; matmul.cpp says when), so its rounding differs from the direct product's.
-void gemm(MatPrec prec, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A,
-          const void* B, float* C, bool accumulate);
+// C (=, or += when accumulate) A B as GemmArgs (backend/op_args.h) says, row strides included. A
+// and B hold bf16 when prec==BF16 and fp32 when prec==F32; C is always fp32. Deterministic for a
+// given thread count (oneDNN does not split K across threads racily).
+void gemm(const GemmArgs& g);
 
 // Best-of-`reps` seconds of one M x N x K gemm (B transposed, as a linear layer's) in bf16 and in
 // fp32, timed alternately after an untimed run of each.

@@ -224,22 +224,6 @@ void rmsnorm_bwd(const RmsnormBwdArgs& a) {
       for (int64_t c = 0; c < C; ++c) dg[c] += partial[size_t(t) * C + c];
 }
 
-// --- linear -----------------------------------------------------------------------------------------
-void linear_fwd(MatPrec prec, const void* x, const void* W, float* y, int64_t N, int64_t in,
-                int64_t out) {
-  gemm(prec, false, true, N, out, in, x, W, y, false);
-}
-
-void linear_bwd_input(MatPrec prec, const void* dy, const void* W, float* dx, int64_t N,
-                      int64_t in, int64_t out, bool accumulate) {
-  gemm(prec, false, false, N, in, out, dy, W, dx, accumulate);
-}
-
-void linear_bwd_weight(MatPrec prec, const void* dy, const void* x, float* dW, int64_t N,
-                       int64_t in, int64_t out) {
-  gemm(prec, true, false, out, in, N, dy, x, dW, true);
-}
-
 // --- RoPE -------------------------------------------------------------------------------------------
 void rope_tables(float* cos_t, float* sin_t, int T, int hd, float base) {
   int h2 = hd / 2;
@@ -729,7 +713,7 @@ static float xent_row(float* z, int V, int Vp, float cap, int32_t tg, const RowG
   return tg >= 0 ? lse - st : 0.0f;
 }
 
-double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
+double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, int64_t ld, float cap,
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16) {
   std::vector<float> own_loss(loss ? 0 : N);
   float* L = loss ? loss : own_loss.data();
@@ -739,10 +723,10 @@ double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int
     std::vector<float> scratch(to_bf16 ? V : 0);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
-      float* z = logits + n * Vp;
+      float* z = logits + n * ld;
       // The softcap is increasing, so the argmax of the raw logits is that of s.
       if (argmax) argmax[n] = row_argmax(z, V);
-      const RowGrad gr{want_grad, grad_scale, to_bf16 ? grad_bf16 + n * Vp : nullptr, scratch.data()};
+      const RowGrad gr{want_grad, grad_scale, to_bf16 ? grad_bf16 + n * ld : nullptr, scratch.data()};
       L[n] = xent_row(z, V, Vp, cap, targets ? targets[n] : -1, gr);
     }
   }

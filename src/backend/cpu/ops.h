@@ -33,17 +33,6 @@ void residual_rmsnorm_fwd(const float* x, const float* res, float* sum, const fl
 // rmsnorm_bwd (op_kernels.h): dx += d/dx  (accumulates: the residual stream also carries a
 // gradient); dg += d/dg if g.
 
-// --- linear layer y = x W^T (W stored [out, in] like torch.nn.Linear) ---------------------------
-// x, W, dy hold bf16 when prec==BF16, fp32 when F32 (see matmul.h); results are fp32.
-void linear_fwd(MatPrec prec, const void* x, const void* W, float* y, int64_t N, int64_t in,
-                int64_t out);
-// dx (=, or += when accumulate) dy W
-void linear_bwd_input(MatPrec prec, const void* dy, const void* W, float* dx, int64_t N, int64_t in,
-                      int64_t out, bool accumulate);
-// dW += dy^T x
-void linear_bwd_weight(MatPrec prec, const void* dy, const void* x, float* dW, int64_t N,
-                       int64_t in, int64_t out);
-
 // --- rotary position embedding ----------------------------------------------------------------
 // rope_tables (op_kernels.h): tables for positions [0, T): cos/sin[t*(hd/2) + i] of angle
 // t * base^(-2i/hd).
@@ -133,17 +122,18 @@ void residual_bwd(const float* dout, float* da, float* db, int64_t n);  // da +=
 // The backward's two sums run over fixed 16K-element chunks in double, added in chunk order.
 
 // --- softcapped logits fused with cross-entropy --------------------------------------------------
-// logits: [N, Vp] raw z = x W_head^T, of which the first V columns are real (padding ignored).
+// logits: N rows of Vp raw z = x W_head^T at row stride ld >= Vp, of which the first V columns are
+// real (padding ignored; the columns from Vp to ld are not touched).
 // Softcap s = cap*tanh(z/cap) (cap <= 0: s = z). loss[n] = logsumexp(s[n,:V]) - s[n,target]
 // (0 where target < 0). argmax[n] = argmax over the real vocabulary (may be null).
 // If want_grad, logits is overwritten IN PLACE with d(grad_scale * sum_n loss[n]) / dz (0 in the
-// padding and on ignored rows), so one [N, Vp] buffer serves forward and backward; where grad_bf16
+// padding and on ignored rows), so one buffer serves forward and backward; where grad_bf16
 // is given, the gradient goes there instead, rounded to bf16 (round to nearest even: the bits of
 // f32_to_bf16 of the fp32 gradient) and the logits are left unspecified: the bf16 head matmuls'
 // input without another pass. With a cap in (0, 40] the logits are then only read (no write-back
 // of the fp32 logits to memory), as they are without want_grad.
 // Returns sum of loss over non-ignored rows (double, fixed-order).
-double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, float cap,
+double softcap_xent(float* logits, const int32_t* targets, int64_t N, int V, int Vp, int64_t ld, float cap,
                     float* loss, int32_t* argmax, bool want_grad, float grad_scale, bf16* grad_bf16 = nullptr);
 // softcap_fwd (op_kernels.h): the softcap alone (for sampling), s = cap*tanh(z/cap), in place.
 

@@ -91,6 +91,11 @@ struct GemmPlan {
   bool lt = false;
 };
 
+// The row strides (leading dimensions, in elements) of a matmul's stored A, B and C (CudaBackend::matmul).
+struct Lds {
+  int64_t a = 0, b = 0, c = 0;
+};
+
 class CudaBackend;
 
 // A CUDA graph of recorded ops (Backend::record), launched on the backend's stream.
@@ -254,12 +259,13 @@ class CudaBackend final : public Backend {
     void* A = alloc(in_bytes);
     void* B = alloc(in_bytes);
     float* C = static_cast<float*>(alloc(size_t(n * n) * 4));
-    gemm(prec, false, false, n, n, n, A, B, C, false);
+    const GemmArgs g{.prec = prec, .M = n, .N = n, .K = n, .A = A, .B = B, .C = C};
+    gemm(g);
     auto t = timer();
     double best = 0;
     for (int rep = 0; rep < 5; ++rep) {
       t->start();
-      gemm(prec, false, false, n, n, n, A, B, C, false);
+      gemm(g);
       best = std::max(best, 2.0 * double(n) * double(n) * double(n) / t->stop());
     }
     free(A);
@@ -269,16 +275,21 @@ class CudaBackend final : public Backend {
   }
 
   // ---- matmul and conversions ----
-  void gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
-            const void* B, float* C, bool accumulate) override {
+  void gemm(const GemmArgs& a) override {
     use();
-    matmul(prec, ta, tb, M, N, K, A, B, C, C, 1.0f, accumulate ? 1.0f : 0.0f);
+    if (a.K <= 0 && a.M > 0 && a.N > 0) {  // an empty sum: C = 0, or C unchanged
+      if (!a.accumulate)
+        check(cudaMemset2DAsync(a.C, size_t(a.c_ld()) * 4, 0, size_t(a.N) * 4, size_t(a.M), st_), "cudaMemset2D");
+    } else {
+      matmul(a.prec, a.trans_a, a.trans_b, a.M, a.N, a.K, a.A, a.B, a.C, a.C, 1.0f, a.accumulate ? 1.0f : 0.0f, 1,
+             {a.a_ld(), a.b_ld(), a.c_ld()});
+    }
     launched("gemm");
   }
   void prepare_gemm(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K) override {
     if (M > 0 && N > 0 && K > 0) {
       use();
-      plan(prec, ta, tb, M, N, K, 16, 16, 16, 1);
+      plan(prec, ta, tb, M, N, K, 16, 16, 16, 1, packed_lds(ta, tb, M, N, K));
     }
   }
 
@@ -415,7 +426,7 @@ class CudaBackend final : public Backend {
   }
   void softcap_xent(const SoftcapXentArgs& a) override {
     use();
-    cuda::softcap_xent(st_, a.logits, a.targets, a.N, a.V, a.Vp, a.cap, a.loss, a.argmax, a.want_grad,
+    cuda::softcap_xent(st_, a.logits, a.targets, a.N, a.V, a.Vp, a.row_stride(), a.cap, a.loss, a.argmax, a.want_grad,
                        a.grad_scale, a.want_grad ? a.grad_bf16 : nullptr, scratch(cuda::softcap_xent_scratch(a.N)),
                        a.loss_sum);
     launched("softcap_xent");
@@ -736,11 +747,17 @@ class CudaBackend final : public Backend {
   //   second operand = A's memory: not trans_a: stored [M,K] = column-major [K x M], ld K, as is;
   //                    trans_a: stored [K,M] = column-major [M x K], ld M, transposed -> [K x M].
   //   C and D: row-major [M,N] = column-major [N x M], ld N.
+  // Those leading dimensions are the packed ones; `ld` may widen them (the stored row strides of A,
+  // B and C/D; all three set; only the gemm op passes them, with batch 1 and C = D).
   // batch > 1: that many products, each operand's matrices stored one after another (strides
   // M*K, K*N and M*N elements), as one strided-batched matmul.
+  static Lds packed_lds(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+    return {ta ? M : K, tb ? K : N, N};
+  }
   void matmul(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A,
-              const void* B, const float* C, float* D, float alpha, float beta, int batch = 1) {
+              const void* B, const float* C, float* D, float alpha, float beta, int batch = 1, Lds ld = {}) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
+    if (ld.c == 0) ld = packed_lds(ta, tb, M, N, K);
     if (K <= 0) {  // an empty sum: D = beta C
       if (beta == 0.0f) {
         zero(D, size_t(M) * N * 4 * size_t(batch));
@@ -751,13 +768,18 @@ class CudaBackend final : public Backend {
       return;
     }
     const size_t in_size = dtype_size(matmul_dtype(prec));
-    // Every matrix of a batch starts at base + k * stride: its alignment is also the stride's.
-    auto al = [batch](const void* p, size_t stride_bytes) {
-      return batch > 1 ? std::min(alignment_of(p), alignment_of(reinterpret_cast<const void*>(stride_bytes)))
-                       : alignment_of(p);
+    // Every matrix of a batch starts at base + k * stride, and every row at a multiple of the row
+    // stride: its alignment is also the strides'.
+    auto al = [batch](const void* p, size_t stride_bytes, size_t row_bytes) {
+      auto of = [](size_t bytes) { return alignment_of(reinterpret_cast<const void*>(bytes)); };
+      const int a = std::min(alignment_of(p), of(row_bytes));
+      return batch > 1 ? std::min(a, of(stride_bytes)) : a;
     };
-    const GemmPlan& p = plan(prec, ta, tb, M, N, K, al(A, size_t(M * K) * in_size), al(B, size_t(K * N) * in_size),
-                             std::min(al(C ? C : D, size_t(M * N) * 4), al(D, size_t(M * N) * 4)), batch);
+    const GemmPlan& p = plan(prec, ta, tb, M, N, K, al(A, size_t(M * K) * in_size, size_t(ld.a) * in_size),
+                             al(B, size_t(K * N) * in_size, size_t(ld.b) * in_size),
+                             std::min(al(C ? C : D, size_t(M * N) * 4, size_t(ld.c) * 4),
+                                      al(D, size_t(M * N) * 4, size_t(ld.c) * 4)),
+                             batch, ld);
     if (!C) C = D;
     if (p.lt) {
       check(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, D, p.c, &p.algo,
@@ -770,22 +792,22 @@ class CudaBackend final : public Backend {
     const cudaDataType_t in = prec == MatPrec::BF16 ? CUDA_R_16BF : CUDA_R_32F;
     if (batch > 1) {
       check(cublasGemmStridedBatchedEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       int(N), int(M), int(K), &alpha, B, in, int(tb ? K : N), K * N, A, in,
-                                       int(ta ? M : K), M * K, &beta, D, CUDA_R_32F, int(N), M * N, batch,
+                                       int(N), int(M), int(K), &alpha, B, in, int(ld.b), K * N, A, in,
+                                       int(ld.a), M * K, &beta, D, CUDA_R_32F, int(ld.c), M * N, batch,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx");
       return;
     }
     check(
         cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
-                     int(M), int(K), &alpha, B, in, int(tb ? K : N), A, in, int(ta ? M : K), &beta,
-                     D, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     int(M), int(K), &alpha, B, in, int(ld.b), A, in, int(ld.a), &beta,
+                     D, CUDA_R_32F, int(ld.c), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
   }
 
   const GemmPlan& plan(MatPrec prec, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int al_a,
-                       int al_b, int al_c, int batch) {
-    const auto key = std::make_tuple(int(prec), ta, tb, M, N, K, al_a, al_b, al_c, batch);
+                       int al_b, int al_c, int batch, Lds ld) {
+    const auto key = std::make_tuple(int(prec), ta, tb, M, N, K, al_a, al_b, al_c, batch, ld.a, ld.b, ld.c);
     std::lock_guard<std::mutex> lock(plans_mu_);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
@@ -799,13 +821,13 @@ class CudaBackend final : public Backend {
     check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
           "transb");
     // Stored shapes (rows x cols, column-major) of the two operands, as derived above matmul().
-    check(tb ? cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(K), uint64_t(N), K)
-             : cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(N), uint64_t(K), N),
+    check(tb ? cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(K), uint64_t(N), ld.b)
+             : cublasLtMatrixLayoutCreate(&p.a, in, uint64_t(N), uint64_t(K), ld.b),
           "layout");
-    check(ta ? cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(M), uint64_t(K), M)
-             : cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(K), uint64_t(M), K),
+    check(ta ? cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(M), uint64_t(K), ld.a)
+             : cublasLtMatrixLayoutCreate(&p.b, in, uint64_t(K), uint64_t(M), ld.a),
           "layout");
-    check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(M), N), "layout");
+    check(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(N), uint64_t(M), ld.c), "layout");
     if (batch > 1) {
       set_batch(p.a, batch, K * N);
       set_batch(p.b, batch, M * K);
@@ -878,7 +900,9 @@ class CudaBackend final : public Backend {
   void* ns_[kNsBuffers] = {};
   size_t ns_bytes_[kNsBuffers] = {};
   std::mutex ns_mu_, plans_mu_;
-  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int, int>, GemmPlan> plans_;
+  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int, int, int, int, int64_t, int64_t, int64_t>,
+           GemmPlan>
+      plans_;
 };
 
 bool CudaRecording::replay() {

@@ -81,10 +81,11 @@ size_t mix2_bwd_scratch(int64_t n);
 void mix2_bwd(cudaStream_t st, const float* dout, const float* x, const float* x0, const float* w, float* dx,
               float* dx0, float* dw, int64_t n, void* scratch);
 size_t softcap_xent_scratch(int64_t N);
-// Adds the summed loss (double) to the device accumulator *total (none when null). With want_grad
+// Rows of logits (and grad_bf16) are ld elements apart. Adds the summed loss (double) to the
+// device accumulator *total (none when null). With want_grad
 // the gradient goes into logits, or with grad_bf16 set into grad_bf16 only (in the same pass).
 void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
-                  float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
+                  int64_t ld, float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
                   bf16_t* grad_bf16, void* scratch, double* total);
 
 // ---- optimizer (optim.cu) ----------------------------------------------------------------------

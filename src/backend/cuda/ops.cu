@@ -537,11 +537,11 @@ __device__ __forceinline__ float one_hot_term(float s_target, float gs, bool cap
 // saves the separate conversion pass over the whole gradient.
 constexpr int kXentThreads = 512;
 __global__ void __launch_bounds__(kXentThreads)
-    softcap_xent_k(float* logits, const int32_t* targets, int V, int Vp, float cap, float* L,
+    softcap_xent_k(float* logits, const int32_t* targets, int V, int Vp, int64_t ld, float cap, float* L,
                    int32_t* argmax, bool want_grad, float gs, uint16_t* g16_all) {
   __shared__ LseState sh[kXentThreads / 32];
   const int64_t n = blockIdx.x;
-  float* z = logits + n * Vp;
+  float* z = logits + n * ld;
   const bool capped = cap > 0;
   const float inv = capped ? 1.0f / cap : 0.0f;
   LseState st{-INFINITY, 0.0f, INT_MAX};
@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(kXentThreads)
   // The target's softcapped logit as the one-hot term reads it (lse - loss, as the CPU forms it).
   const float term = tg >= 0 ? one_hot_term(lse - loss, gs, capped, inv) : 0.0f;
   if (g16_all) {
-    uint16_t* g16 = g16_all + n * Vp;
+    uint16_t* g16 = g16_all + n * ld;
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
       float v = 0.0f;
       if (tg >= 0 && j < V) {
@@ -841,11 +841,11 @@ void softcap_fwd(cudaStream_t st, float* z, int64_t n, float cap) {
 size_t softcap_xent_scratch(int64_t N) { return size_t(std::max<int64_t>(N, 1)) * 4; }
 
 void softcap_xent(cudaStream_t st, float* logits, const int32_t* targets, int64_t N, int V, int Vp,
-                  float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
+                  int64_t ld, float cap, float* loss, int32_t* argmax, bool want_grad, float grad_scale,
                   bf16_t* grad_bf16, void* scratch, double* total) {
   float* L = loss ? loss : static_cast<float*>(scratch);
   if (N > 0)
-    softcap_xent_k<<<unsigned(N), kXentThreads, 0, st>>>(logits, targets, V, Vp, cap, L, argmax,
+    softcap_xent_k<<<unsigned(N), kXentThreads, 0, st>>>(logits, targets, V, Vp, ld, cap, L, argmax,
                                                          want_grad, grad_scale, grad_bf16);
   if (total) sum_losses_k<<<1, 1024, 0, st>>>(L, targets, N, total);
 }
