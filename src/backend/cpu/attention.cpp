@@ -82,7 +82,10 @@ template <int R, int NB>
 
 // out[m*ldo + 0:W] = (zero ? 0 : out) + sum_{k<K} A[m*a_sm + k*a_sk] * B[k*ldb + 0:W], m < M.
 // Column blocks of NB vectors, MR rows at a time: the MR*NB accumulators, NB B vectors and the
-// broadcast A value fit the variant's registers (16 or 32).
+// broadcast A value fit the variant's registers (16 or 32). The rows left over go in tiles of 4
+// and 2 before single rows: a one-row tile's NB accumulators are too few to hide the FMA latency
+// (with AVX2, 64 rows are ten tiles of 6 and four rows, which as single rows cost a fifth of the
+// tile products' time).
 template <int W>
 void bcast_fma_fixed(float* out, int ldo, const float* A, int a_sm, int a_sk, const float* B,
                      int ldb, int M, int K, bool zero) {
@@ -93,11 +96,15 @@ void bcast_fma_fixed(float* out, int ldo, const float* A, int a_sm, int a_sk, co
   for (int j0 = 0; j0 < W; j0 += NB * VL) {
     int m = 0;
     for (; m + MR <= M; m += MR)
-      bcast_fma_tile<MR, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K,
-                             zero);
+      bcast_fma_tile<MR, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K, zero);
+    if constexpr (MR > 4)
+      for (; m + 4 <= M; m += 4)
+        bcast_fma_tile<4, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K, zero);
+    if constexpr (MR > 2)
+      for (; m + 2 <= M; m += 2)
+        bcast_fma_tile<2, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K, zero);
     for (; m < M; ++m)
-      bcast_fma_tile<1, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K,
-                            zero);
+      bcast_fma_tile<1, NB>(out + m * ldo + j0, ldo, A + m * a_sm, a_sm, a_sk, B + j0, ldb, K, zero);
   }
 }
 
