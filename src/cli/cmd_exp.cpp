@@ -38,10 +38,13 @@ static void register_roofline(CLI::App& app) {
     }
     std::printf("device          %s (%s), %d threads\n", r.device.c_str(), r.cpu_model.c_str(), r.threads);
     std::printf("fp32 matmul     %8.1f GFLOP/s  (oneDNN, %d^3)\n", r.fp32_flops / 1e9, r.matmul_size);
-    std::printf("bf16 matmul     %8.1f GFLOP/s  (oneDNN, bf16 in, fp32 out)\n", r.bf16_flops / 1e9);
+    if (r.bf16_flops > 0)
+      std::printf("bf16 matmul     %8.1f GFLOP/s  (oneDNN, bf16 in, fp32 out)\n", r.bf16_flops / 1e9);
+    else
+      std::printf("bf16 matmul         none       (oneDNN has no bf16 matmul on this CPU; bf16 runs widened to fp32)\n");
     std::printf("memory copy     %8.1f GB/s     (%.0f MB arrays)\n", r.copy_bytes_per_s / 1e9, r.array_mb);
     std::printf("memory triad    %8.1f GB/s\n", r.triad_bytes_per_s / 1e9);
-    std::printf("ridge point     %8.1f FLOP/byte (bf16 peak / bandwidth); fp32: %.1f\n", r.ridge(true), r.ridge(false));
+    std::printf("ridge point     %8.1f FLOP/byte (the faster matmul / bandwidth); fp32: %.1f\n", r.ridge(true), r.ridge(false));
     std::printf("measured        %s; cached in %s\n", r.measured_at.c_str(), roofline_cache_path(threads).c_str());
   });
 }

@@ -119,7 +119,10 @@ Roofline measure_roofline(double seconds_per_test, int threads, std::FILE* log, 
   r.fp32_flops = be.peak_flops(MatPrec::F32);
   if (log) std::fprintf(log, "roofline: fp32 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.fp32_flops / 1e9);
   r.bf16_flops = be.peak_flops(MatPrec::BF16);
-  if (log) std::fprintf(log, "roofline: bf16 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.bf16_flops / 1e9);
+  if (log && r.bf16_flops > 0)
+    std::fprintf(log, "roofline: bf16 matmul %d^3: %.1f GFLOP/s\n", r.matmul_size, r.bf16_flops / 1e9);
+  else if (log)
+    std::fprintf(log, "roofline: bf16 matmul: none on this CPU\n");
   size_t n = array_floats;  // default 32M floats = 128 MB per array: far beyond any CPU cache
   r.array_mb = double(n) * 4 / (1 << 20);
   time_bandwidth(n, threads, seconds_per_test, r.copy_bytes_per_s, r.triad_bytes_per_s);
