@@ -46,7 +46,7 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     float warmdown_frac, final_lr_frac;
   };
   for (const Want& w : {Want{"speedrun-5m", 3, 192, 256, 3, 300, 8192, "4096@0.5", 0.25f, 0.1f},
-                        Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5", 0.4f, 0.0f},
+                        Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5", 0.25f, 0.1f},
                         Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, "", 0.4f, 0.0f}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;

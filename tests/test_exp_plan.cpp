@@ -442,8 +442,8 @@ TEST(ExpPlan, PresetsAndVariantsAreCandidatesAndTheChoiceIsExplained) {
   EXPECT_GE(variants, 4);  // both speedrun presets at d2 and d4
   const PlanCandidate& best = r.ranked.front();
   EXPECT_TRUE(best.measured);
-  // speedrun-5m is the preset made for 300 s; its recipe repeats speedrun-10m's but for the
-  // schedule's end, so it adds no variants of its own.
+  // speedrun-5m is the preset made for 300 s; its recipe is speedrun-10m's with another budget,
+  // so it adds no variants of its own.
   const PlanCandidate* made_for = find("speedrun-5m");
   ASSERT_NE(made_for, nullptr);
   EXPECT_EQ(made_for->made_for_seconds, 300);
