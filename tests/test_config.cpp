@@ -44,10 +44,11 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     int64_t batch_tokens;
     const char* batch_schedule;
     float warmdown_frac, final_lr_frac;
+    const char* matrix_kind;
   };
-  for (const Want& w : {Want{"speedrun-5m", 3, 192, 256, 3, 300, 8192, "4096@0.5", 0.25f, 0.1f},
-                        Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5", 0.25f, 0.1f},
-                        Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, "", 0.4f, 0.0f}}) {
+  for (const Want& w : {Want{"speedrun-5m", 3, 192, 256, 3, 300, 8192, "4096@0.5", 0.25f, 0.1f, "muon"},
+                        Want{"speedrun-10m", 3, 192, 256, 3, 600, 8192, "4096@0.5", 0.25f, 0.1f, "muon"},
+                        Want{"speedrun-30m", 3, 192, 1024, 3, 1800, 4096, "", 0.4f, 0.0f, "muon"}}) {
     RunConfig c = load_config(w.name);
     EXPECT_NO_THROW(validate(c)) << w.name;
     EXPECT_EQ(c.model.n_layer, w.n_layer) << w.name;
@@ -59,6 +60,7 @@ TEST(Config, SpeedrunPresetsResolveAndValidate) {
     EXPECT_EQ(c.train.batch_schedule, std::string(w.batch_schedule)) << w.name;
     EXPECT_EQ(c.train.budget_seconds, w.budget) << w.name;
     EXPECT_EQ(c.optim.matrix.ns_coeffs, std::string("polar")) << w.name;
+    EXPECT_EQ(c.optim.matrix.kind, std::string(w.matrix_kind)) << w.name;
     EXPECT_EQ(c.train.warmdown_frac, w.warmdown_frac) << w.name;
     EXPECT_EQ(c.train.final_lr_frac, w.final_lr_frac) << w.name;
     EXPECT_EQ(preset_made_for_seconds(w.name), w.budget) << w.name;
@@ -139,6 +141,7 @@ TEST(Config, ValidationMessages) {
   EXPECT_NE(msg({"batch_tokens=1000"}).find("multiple of"), std::string::npos);
   EXPECT_NE(msg({"matrix.kind=sgd"}).find("optim.matrix.kind 'sgd'"), std::string::npos);
   EXPECT_NE(msg({"warmup_frac=0.7", "warmdown_frac=0.7"}).find("warmup_frac"), std::string::npos);
+  EXPECT_NE(msg({"warmdown_shape=cosine"}).find("train.warmdown_shape 'cosine'"), std::string::npos);
   EXPECT_NE(msg({"matmul_precision=fp16"}).find("model.matmul_precision 'fp16'"), std::string::npos);
   EXPECT_NE(msg({"matrix.ns_precision=int8"}).find("optim.matrix.ns_precision 'int8'"), std::string::npos);
   for (auto& ov : std::vector<std::string>{"n_head=7", "n_layer=0", "train.budget_seconds=-5"})

@@ -298,6 +298,8 @@ TEST(ExpPlan, RecipeFamiliesNameWhatTheLawDoesNotSee) {
   EXPECT_EQ(recipe_family(load_config("speedrun-30m")), "seq1024+ve+polar");
   EXPECT_EQ(recipe_family(load_config("d4", {"model.seq_len=512", "train.seq_schedule=256@0.5"})),
             "seq512+seqsched");
+  // The matrix optimizer comes last, so that its variant extends its recipe's name.
+  EXPECT_EQ(recipe_family(load_config("speedrun-30m", {"optim.matrix.kind=normuon"})), "seq1024+ve+polar+normuon");
 }
 
 TEST(ExpPlan, FamilyCorrectionsRecoverAKnownTrendWithLeaveOneOut) {

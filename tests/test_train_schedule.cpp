@@ -100,13 +100,23 @@ TEST(TrainSchedule, FollowsTheBudgetFraction) {
   t.final_lr_frac = 0.1f;
   EXPECT_NEAR(at(1.0).lr_scale, 0.1, 1e-6);
   EXPECT_NEAR(at(0.8).lr_scale, 0.55, 1e-6);
-  // Monotone non-increasing after the warmup.
-  float prev = 2;
-  for (int i = 10; i <= 100; ++i) {
-    float v = at(i / 100.0).lr_scale;
-    EXPECT_LE(v, prev + 1e-7f);
-    prev = v;
+  // Monotone non-increasing after the warmup, in either shape.
+  for (const char* shape : {"linear", "sqrt"}) {
+    t.warmdown_shape = shape;
+    float prev = 2;
+    for (int i = 10; i <= 100; ++i) {
+      float v = at(i / 100.0).lr_scale;
+      EXPECT_LE(v, prev + 1e-7f) << shape;
+      prev = v;
+    }
   }
+  // The sqrt shape goes sqrt(p) of the way down: a quarter through the warmdown (frac 0.7), half of
+  // the way from 1 to 0.1; it meets the linear shape at both ends.
+  t.warmdown_shape = "sqrt";
+  EXPECT_NEAR(at(0.59).lr_scale, 1.0, 1e-6);
+  EXPECT_NEAR(at(0.7).lr_scale, 0.55, 1e-6);
+  EXPECT_NEAR(at(0.8).lr_scale, 1.0 - 0.9 * std::sqrt(0.5), 1e-6);
+  EXPECT_NEAR(at(1.0).lr_scale, 0.1, 1e-6);
 }
 
 TEST(TrainSchedule, RowLengthStages) {

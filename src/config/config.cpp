@@ -84,6 +84,7 @@ std::vector<Field> fields_of(RunConfig& c) {
   f.push_back({"train.warmup_frac", &t.warmup_frac});
   f.push_back({"train.warmdown_frac", &t.warmdown_frac});
   f.push_back({"train.final_lr_frac", &t.final_lr_frac});
+  f.push_back({"train.warmdown_shape", &t.warmdown_shape});
   f.push_back({"train.muon_momentum_start", &t.muon_momentum_start});
   f.push_back({"train.muon_momentum_warmup_frac", &t.muon_momentum_warmup_frac});
   f.push_back({"train.wd_schedule", &t.wd_schedule});
@@ -588,6 +589,8 @@ void validate(const RunConfig& c) {
     fail("train.muon_momentum_start must be in [0, 1), got {}", t.muon_momentum_start);
   if (t.warmup_frac + t.warmdown_frac > 1.0f + 1e-6f)
     fail("train.warmup_frac + train.warmdown_frac must be <= 1, got {} + {}", t.warmup_frac, t.warmdown_frac);
+  if (t.warmdown_shape != "linear" && t.warmdown_shape != "sqrt")
+    fail("train.warmdown_shape '{}' is unknown (linear, sqrt)", t.warmdown_shape);
   if (t.wd_schedule != "constant" && t.wd_schedule != "linear" && t.wd_schedule != "lr")
     fail("train.wd_schedule '{}' is unknown (constant, linear, lr)", t.wd_schedule);
   if (t.graph != "auto" && t.graph != "on" && t.graph != "off")

@@ -19,8 +19,9 @@ struct TrainConfig {
   int micro_batch = 4;           // rows per forward/backward
   double budget_seconds = 600;   // device-time budget
   float warmup_frac = 0.0f;      // of the budget
-  float warmdown_frac = 0.4f;    // linear decay to final_lr_frac over the last fraction
+  float warmdown_frac = 0.4f;    // decay to final_lr_frac over the last fraction
   float final_lr_frac = 0.0f;
+  std::string warmdown_shape = "linear";  // linear (1 - p of the way) | sqrt (1 - sqrt(p): falls early)
   float muon_momentum_warmup_frac = 0.1f;  // momentum ramps 0.85 -> momentum over this fraction
   double eval_every_seconds = 120;  // periodic val bpb, in budget seconds (0 = only at the end)
   int64_t val_tokens = 1 << 20;

@@ -139,13 +139,14 @@ PlanCandidate make_candidate(RunConfig cfg, bool preset, const PlanOptions& o, c
   return c;
 }
 
-// Whether `p` is `q` but for the end of its schedule (warmup, warmdown, final lr) and its budget:
+// Whether `p` is `q` but for the end of its schedule (warmup, warmdown, its shape, final lr) and its budget:
 // the law tells their variants apart by nothing, so only `q`'s are made.
 static bool same_but_schedule_end(const RunConfig& p, const RunConfig& q) {
   RunConfig a = p;
   a.train.warmup_frac = q.train.warmup_frac;
   a.train.warmdown_frac = q.train.warmdown_frac;
   a.train.final_lr_frac = q.train.final_lr_frac;
+  a.train.warmdown_shape = q.train.warmdown_shape;
   return config_hash(a) == config_hash(q);
 }
 

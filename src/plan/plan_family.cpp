@@ -15,7 +15,6 @@ std::string recipe_family(const RunConfig& c) {
   std::string f = fmt::format("seq{}", m.seq_len);
   if (!c.train.seq_schedule.empty()) f += "+seqsched";
   if (m.value_embeds > 0) f += "+ve";
-  if (c.optim.matrix.kind != "muon") f += "+" + c.optim.matrix.kind;
   if (c.optim.matrix.ns_coeffs != "quintic") f += "+" + c.optim.matrix.ns_coeffs;
   if (!c.train.batch_schedule.empty()) f += "+bsched";
   if (m.mtp_weight > 0) f += "+mtp";
@@ -26,6 +25,9 @@ std::string recipe_family(const RunConfig& c) {
   if (m.activation != "relu2") f += "+" + m.activation;
   if (m.tie_embeddings) f += "+tied";
   if (m.n_kv_head != m.n_head) f += "+gqa";
+  // The matrix optimizer last: a family with runs at one amount of data takes its slope from the
+  // family its name extends, and an optimizer's variant should take the slope of its recipe.
+  if (c.optim.matrix.kind != "muon") f += "+" + c.optim.matrix.kind;
   return f;
 }
 
@@ -240,8 +242,8 @@ std::vector<LawPoint> builtin_recipe_points() {
       {"steps/SR-polar-ve3-s1337", "seq256+ve+polar", d3, 2240512 * kBpt, 1.8746727222392239},
       {"steps/SR-pv-x0-s1", "seq256+ve+polar+x0", d3, 2240512 * kBpt, 1.8700834229935996},
       {"steps/SR-pv-x0-s1337", "seq256+ve+polar+x0", d3, 2240512 * kBpt, 1.8709370552407079},
-      {"steps/SR-pv-normuon-s1", "seq256+ve+normuon+polar", d3, 2240512 * kBpt, 1.873919007840005},
-      {"steps/SR-pv-normuon-s1337", "seq256+ve+normuon+polar", d3, 2240512 * kBpt, 1.8695209725945934},
+      {"steps/SR-pv-normuon-s1", "seq256+ve+polar+normuon", d3, 2240512 * kBpt, 1.873919007840005},
+      {"steps/SR-pv-normuon-s1337", "seq256+ve+polar+normuon", d3, 2240512 * kBpt, 1.8695209725945934},
       // The 10-minute shape with value embeddings and Polar Express (recipe_mtp.json base,
       // recipe_seq_schedule.json SR256), its row-length schedule (SRlong) and batch schedule (SRbs).
       {"mtp/base-s1337", "seq256+ve+polar", d3, 4681728 * kBpt, 1.7421913419010489},

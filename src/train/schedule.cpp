@@ -2,6 +2,7 @@
 #include "train/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace clm {
 
@@ -13,6 +14,7 @@ ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac) {
   double wd_start = 1.0 - t.warmdown_frac;
   if (t.warmdown_frac > 0 && frac > wd_start) {
     double p = (frac - wd_start) / t.warmdown_frac;  // 0 -> 1 across the warmdown
+    if (t.warmdown_shape == "sqrt") p = std::sqrt(p);
     lr = std::min(lr, 1.0 + (double(t.final_lr_frac) - 1.0) * p);
   }
   v.lr_scale = float(lr);

@@ -13,8 +13,9 @@ struct ScheduleValues {
 };
 
 // frac in [0, 1] (clamped). `momentum` is the target Muon momentum (optim.matrix.momentum).
-//   lr:  linear warmup 0 -> 1 over warmup_frac, 1, then linear 1 -> final_lr_frac over the last
-//        warmdown_frac (reaching final_lr_frac at frac = 1).
+//   lr:  linear warmup 0 -> 1 over warmup_frac, 1, then 1 -> final_lr_frac over the last
+//        warmdown_frac (reaching final_lr_frac at frac = 1): a fraction p of the way through the
+//        warmdown it has gone p (warmdown_shape "linear") or sqrt(p) ("sqrt") of the way down.
 //   momentum: muon_momentum_start -> momentum linearly over muon_momentum_warmup_frac.
 //   wd:  constant 1 | linear 1 - frac | lr (= lr_scale).
 ScheduleValues schedule_at(const TrainConfig& t, float momentum, double frac);
