@@ -197,6 +197,8 @@ TEST(Config, HashIgnoresRunLengthOnly) {
   EXPECT_NE(config_hash(a), config_hash(c));
   RunConfig d = load_config("d4", {"seed=2"});
   EXPECT_NE(config_hash(a), config_hash(d));
+  // A key added later changes the hash only when set away from its default (old runs resume).
+  EXPECT_NE(config_hash(a), config_hash(load_config("d4", {"train.warmdown_shape=sqrt"})));
 }
 
 TEST(Config, CountParamsByGroup) {

@@ -686,6 +686,7 @@ uint64_t config_hash(const RunConfig& cfg) {
   // Keys added after checkpoints were first written count only when set, so a run that does not
   // use them keeps the hash it had before they existed (its checkpoints still resume).
   if (!cfg.model.smear) j["model"].erase("smear");
+  if (cfg.train.warmdown_shape == "linear") j["train"].erase("warmdown_shape");
   std::string s = j.dump();  // nlohmann::json objects are sorted by key: a canonical text
   return fnv1a64(s.data(), s.size());
 }
